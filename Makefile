@@ -1,0 +1,39 @@
+# Two commands matter: `make demo` and `make test`. Everything else is a step of those.
+SHELL := /bin/bash
+PYTHON ?= python3
+UV_VERSION := 0.13.8
+TOOLS := .tools
+UV := $(TOOLS)/bin/uv
+VENV := .venv
+# Spark's Python workers must run the venv's interpreter (the project is installed there).
+export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
+export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(VENV)/bin/python
+
+.PHONY: setup test test-fast clean
+.DEFAULT_GOAL := help
+
+help:
+	@echo "make setup   build .venv from uv.lock"
+	@echo "make test    set up, then run the whole test suite"
+	@echo "make demo    set up, generate sample partitions, run them through Airflow"
+	@echo "make stop    stop every process the demo started"
+	@echo "make bench   benchmarks (see README)"
+
+# uv itself is pinned and installed into .tools/, so nothing has to be installed by hand.
+$(UV):
+	$(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+
+$(VENV)/.synced: uv.lock pyproject.toml | $(UV)
+	$(UV) sync --frozen
+	@touch $@
+
+setup: $(VENV)/.synced
+
+test: setup
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) $(TOOLS) .pytest_cache
+
+-include mk/*.mk

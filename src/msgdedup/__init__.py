@@ -1,0 +1,1 @@
+"""Exactly-once delivery for message exports."""
