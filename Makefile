@@ -9,7 +9,11 @@ VENV := .venv
 export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
-.PHONY: setup test test-fast clean
+# Feature fragments (mk/*.mk) add their own targets and may append to TEST_PREREQS.
+TEST_PREREQS :=
+-include mk/*.mk
+
+.PHONY: setup test clean help
 .DEFAULT_GOAL := help
 
 help:
@@ -30,10 +34,9 @@ $(VENV)/.synced: uv.lock pyproject.toml | $(UV)
 
 setup: $(VENV)/.synced
 
-test: setup
+test: setup $(TEST_PREREQS)
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .pytest_cache
 
--include mk/*.mk
