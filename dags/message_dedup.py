@@ -1,0 +1,70 @@
+"""message_dedup: one run per hourly raw partition -> dedup (Spark) -> GX gate -> publish.
+
+Structure only: every step's logic lives in ``msgdedup.orchestration`` (see docs/airflow.md).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from airflow.providers.standard.operators.python import PythonOperator
+from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, Param
+
+from msgdedup.orchestration import settings
+from msgdedup.orchestration.partitions import BATCH_ID_LENGTH, BATCH_ID_PATTERN, resolve_task
+from msgdedup.orchestration.publish import publish_task
+from msgdedup.orchestration.sensors import PartitionCompleteSensor
+from msgdedup.orchestration.spark import DedupBatchOperator, GxGateOperator
+
+published = Asset(
+    name=settings.PUBLISHED_ASSET_NAME,
+    uri=f"file://{settings.parse_time_warehouse()}/published",
+)
+
+with DAG(
+    dag_id=settings.DAG_ID,
+    description="Exactly-once export of one hourly partition: dedup, quality gate, publish",
+    # Each run covers exactly its hour: data_interval_start 05:00 -> partition dt=…/hour=05.
+    schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC"),
+    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    catchup=False,  # older hours are processed with `airflow backfill create` (oldest first)
+    max_active_runs=1,
+    max_active_tasks=1,
+    default_args={
+        # A partition never runs before its predecessor succeeded.
+        "depends_on_past": True,
+        "wait_for_downstream": True,
+        # Safe: the engine reruns a batch idempotently; user errors fail without retry.
+        "retries": 2,
+        "retry_delay": timedelta(minutes=1),
+    },
+    params={
+        "partition": Param(
+            None,
+            type=["null", "string"],
+            pattern=BATCH_ID_PATTERN,
+            minLength=BATCH_ID_LENGTH,
+            maxLength=BATCH_ID_LENGTH,
+            title="Partition (batch id)",
+            description="Hour to process as YYYY-MM-DDTHH (UTC). Empty: the run's data interval.",
+        ),
+        "dry_run": Param(
+            False, type="boolean", title="Dry run",
+            description="Validate and show the commands, write nothing.",
+        ),
+        "invalidate_later": Param(
+            False, type="boolean", title="Invalidate later batches",
+            description="Reprocess an older partition: later batches become stale and must be "
+            "re-run in order (backfill --reprocess-behavior completed).",
+        ),
+    },
+    tags=["msgdedup"],
+    doc_md=__doc__,
+) as dag:
+    resolve = PythonOperator(task_id="resolve", python_callable=resolve_task)
+    wait = PartitionCompleteSensor(task_id="wait_for_partition")
+    dedup = DedupBatchOperator(task_id="dedup")
+    gate = GxGateOperator(task_id="quality_gate")
+    publish = PythonOperator(task_id="publish", python_callable=publish_task, outlets=[published])
+
+    resolve >> wait >> dedup >> gate >> publish

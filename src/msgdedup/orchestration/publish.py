@@ -1,0 +1,155 @@
+"""Write-audit-publish: the last step of a run.
+
+The engine *writes* the batch (``runs/<ID>.json`` = committed), the GX gate *audits* it
+(``quality/<ID>/result.json``), and this module *publishes* it: it atomically writes
+``<warehouse>/published/<ID>.json``::
+
+    {"batch_id": …, "run_id": <run_id of runs/<ID>.json>, "published_at": <UTC ISO-8601>,
+     "gate_result": <path of the gate result>, "manifest": <path of the manifest>}
+
+only if the gate passed for exactly that engine ``run_id`` (a gate result of an earlier run of
+the same batch does not count) and the batch is not stale. The Airflow task then emits an event
+on the ``msgdedup_published`` Asset (``file://<warehouse>/published``) whose extra is the record.
+A rerun of a batch overwrites its record; consumers read ``published/<ID>.json`` to know which
+engine run of a batch is the published one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from msgdedup.orchestration.partitions import validate_batch_id
+
+
+class PublishRefused(RuntimeError):
+    """The batch must not be published (not committed, stale, gate missing/failed/other run)."""
+
+
+def manifest_path(warehouse: str | Path, batch_id: str) -> Path:
+    return Path(warehouse) / "runs" / f"{batch_id}.json"
+
+
+def stale_path(warehouse: str | Path, batch_id: str) -> Path:
+    return Path(warehouse) / "runs" / f"{batch_id}.stale.json"
+
+
+def gate_result_path(warehouse: str | Path, batch_id: str) -> Path:
+    return Path(warehouse) / "quality" / batch_id / "result.json"
+
+
+def published_dir(warehouse: str | Path) -> Path:
+    return Path(warehouse) / "published"
+
+
+def published_path(warehouse: str | Path, batch_id: str) -> Path:
+    return published_dir(warehouse) / f"{batch_id}.json"
+
+
+def _read_json(path: Path, what: str) -> dict[str, Any]:
+    try:
+        with path.open(encoding="utf-8") as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        raise PublishRefused(f"{what} {path} does not exist") from None
+    except (OSError, ValueError) as exc:
+        raise PublishRefused(f"{what} {path} is unreadable: {exc}") from None
+    if not isinstance(data, dict):
+        raise PublishRefused(f"{what} {path} is not a JSON object")
+    return data
+
+
+def gate_passed(result: dict[str, Any]) -> bool:
+    """The gate's verdict in ``quality/<ID>/result.json`` (``success``: true/false)."""
+    return result.get("success") is True
+
+
+def audit(warehouse: str | Path, batch_id: str) -> dict[str, Any]:
+    """Check that ``batch_id`` may be published; return the record to publish."""
+    validate_batch_id(batch_id)
+    if stale_path(warehouse, batch_id).exists():
+        raise PublishRefused(
+            f"batch {batch_id} is stale (an older batch was reprocessed): re-run it before publishing"
+        )
+    manifest = _read_json(manifest_path(warehouse, batch_id), "manifest")
+    run_id = manifest.get("run_id")
+    if not run_id:
+        raise PublishRefused(f"manifest of {batch_id} has no run_id")
+    gpath = gate_result_path(warehouse, batch_id)
+    gate = _read_json(gpath, "gate result")
+    if gate.get("run_id") != run_id:
+        raise PublishRefused(
+            f"gate result of {batch_id} is for run {gate.get('run_id')!r}, "
+            f"but the committed run is {run_id!r}: run the gate again"
+        )
+    if not gate_passed(gate):
+        raise PublishRefused(f"the quality gate failed for {batch_id} (run {run_id}): not publishing")
+    return {
+        "batch_id": batch_id,
+        "run_id": run_id,
+        "published_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "gate_result": str(gpath),
+        "manifest": str(manifest_path(warehouse, batch_id)),
+    }
+
+
+def atomic_write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write ``data`` to ``path`` so that readers see either the old or the new file, whole."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def publish(warehouse: str | Path, batch_id: str) -> dict[str, Any]:
+    """Audit, then atomically write ``published/<ID>.json``; return the record."""
+    record = audit(warehouse, batch_id)
+    atomic_write_json(published_path(warehouse, batch_id), record)
+    return record
+
+
+def read_published(warehouse: str | Path, batch_id: str) -> dict[str, Any] | None:
+    path = published_path(warehouse, batch_id)
+    if not path.exists():
+        return None
+    return _read_json(path, "published record")
+
+
+def publish_task(**context: Any) -> dict[str, Any] | None:
+    """PythonOperator callable of the ``publish`` task (its ``outlets`` hold the Asset)."""
+    from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+    from msgdedup.orchestration.partitions import spec_from_context
+
+    spec = spec_from_context(context)
+    if spec.dry_run:
+        raise AirflowSkipException(f"dry run: would publish {spec.batch_id}")
+    try:
+        record = publish(spec.warehouse, spec.batch_id)
+    except PublishRefused as exc:
+        raise AirflowFailException(f"not published: {exc}") from None
+    print(f"published {spec.batch_id} (engine run {record['run_id']}) -> "
+          f"{published_path(spec.warehouse, spec.batch_id)}")
+    task = context.get("task")
+    outlet_events = context.get("outlet_events")
+    if task is not None and outlet_events is not None:
+        for outlet in task.outlets or []:
+            outlet_events[outlet].extra = {**record, "path": str(published_path(spec.warehouse, spec.batch_id))}
+    return record

@@ -1,0 +1,56 @@
+"""The sample generator writes complete, realistic partitions (checked with the real envelope parser)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from datetime import datetime, timezone
+
+from msgdedup.envelope import InvalidLine, parse_line
+from msgdedup.sample_data import main, write_partitions
+
+
+def test_partitions_have_every_kind_of_trouble(tmp_path):
+    start = datetime(2026, 11, 20, 0, tzinfo=timezone.utc)
+    result = write_partitions(tmp_path, start, hours=12, seed=3, messages_per_hour=120)
+    assert [p["batch_id"] for p in result["partitions"]] == [f"2026-11-20T{h:02d}" for h in range(12)]
+    kinds = result["kinds"]
+    for kind in ("producer_retry", "redelivery", "transaction_replayed", "bridge_duplicate", "keyless", "malformed"):
+        assert kinds.get(kind, 0) > 0, kind
+
+    valid, errors, dupl_ids, bridge_ids = 0, [], Counter(), Counter()
+    txn_addresses: dict[str, set] = {}
+    for p in result["partitions"]:
+        pdir = tmp_path / f"dt=2026-11-20/hour={p['batch_id'][-2:]}"
+        assert (pdir / "_SUCCESS").is_file()
+        for f in sorted(pdir.glob("*.jsonl")):
+            for raw in f.read_bytes().splitlines():
+                try:
+                    m = parse_line(raw)
+                except InvalidLine as exc:
+                    errors.append(str(exc))
+                    continue
+                valid += 1
+                assert m.received_at_us // 3_600_000_000 * 3600 == int(
+                    datetime.strptime(p["batch_id"], "%Y-%m-%dT%H").replace(tzinfo=timezone.utc).timestamp()
+                ), "a message is in the partition of its hour"
+                if "_AMQ_BRIDGE_DUP" in m.properties:
+                    bridge_ids[m.properties["_AMQ_BRIDGE_DUP"]] += 1
+                elif "_AMQ_DUPL_ID" in m.properties:
+                    dupl_ids[(m.address, m.properties["_AMQ_DUPL_ID"])] += 1
+                if m.txn_id:
+                    txn_addresses.setdefault(m.txn_id, set()).add(m.address)
+    assert len(errors) == kinds["malformed"] and valid > 1000
+    assert any(n > 1 for n in dupl_ids.values()) and any(n > 1 for n in bridge_ids.values())
+    assert any(len(a) > 1 for a in txn_addresses.values()), "transactions span addresses"
+
+
+def test_cli_is_deterministic(tmp_path, capsys):
+    args = ["--start", "2026-11-20T00", "--hours", "2", "--messages-per-hour", "30", "--seed", "5"]
+    assert main(["--out", str(tmp_path / "a"), *args]) == 0
+    assert main(["--out", str(tmp_path / "b"), *args]) == 0
+    a = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
+    assert a == sorted(p.relative_to(tmp_path / "b") for p in (tmp_path / "b").rglob("*") if p.is_file())
+    for rel in a:
+        assert (tmp_path / "a" / rel).read_bytes() == (tmp_path / "b" / rel).read_bytes()
+    assert "2026-11-20T01" in capsys.readouterr().out
