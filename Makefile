@@ -30,6 +30,7 @@ $(UV):
 
 $(VENV)/.synced: uv.lock pyproject.toml | $(UV)
 	$(UV) sync --frozen
+	scripts/bind_spark_to_venv.sh $(VENV)
 	@touch $@
 
 setup: $(VENV)/.synced

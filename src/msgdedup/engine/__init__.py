@@ -1,0 +1,1 @@
+"""The Spark implementation of the dedup semantics."""

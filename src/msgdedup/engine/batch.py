@@ -1,0 +1,247 @@
+"""One batch, end to end: read, decide, stage, check the books, commit. And the CLI around it.
+
+The intermediate results (parsed lines, verdicts) are written to the run's staging area and read
+back rather than cached: each is computed exactly once (the Python parse is the expensive part),
+Spark can spill them freely, and every later step reads a deterministic, columnar copy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import uuid
+from datetime import datetime, timezone
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from msgdedup import __version__
+from msgdedup.config import AddressSettings, ConfigError, load_settings
+from msgdedup.engine import kernel, manifest as manifests, transforms
+from msgdedup.engine.filesystem import HadoopFS
+from msgdedup.engine.reading import InputError, list_input_files, read_lines
+from msgdedup.engine.warehouse import BatchIdError, Warehouse, failpoint, validate_batch_id
+
+PROG = "dedup_batch"
+
+
+class StaleHistoryError(RuntimeError):
+    """Committing this batch would silently change the history later batches were built on."""
+
+
+class AccountingError(RuntimeError):
+    """input lines != delivered + dropped + quarantined: never commit such a batch."""
+
+
+class _Timer:
+    def __init__(self) -> None:
+        self.start = self.last = time.monotonic()
+        self.steps: dict[str, float] = {}
+
+    def lap(self, step: str) -> None:
+        now = time.monotonic()
+        self.steps[f"{step}_s"] = round(now - self.last, 3)
+        self.last = now
+
+    def total(self) -> dict[str, float]:
+        return {**self.steps, "total_s": round(time.monotonic() - self.start, 3)}
+
+
+def _write(frame: DataFrame, path: str) -> DataFrame:
+    frame.write.mode("overwrite").parquet(path)
+    return frame.sparkSession.read.parquet(path)
+
+
+def run_batch(spark: SparkSession, input_path: str, warehouse_root: str, batch_id: str,
+              settings: AddressSettings | None = None, invalidate_later: bool = False) -> dict:
+    """Dedup one raw batch into the warehouse and commit it; returns the manifest."""
+    settings = settings or AddressSettings()
+    validate_batch_id(batch_id)
+    timer = _Timer()
+    fs = HadoopFS(spark)
+    warehouse = Warehouse(fs, warehouse_root)
+    warehouse.recover()
+
+    files = list_input_files(fs, input_path)
+    parent = warehouse.parent_of(batch_id)
+    parent_manifest = warehouse.read_manifest(parent) if parent else None
+    run_id = uuid.uuid4().hex
+    staging = warehouse.staging_dir(batch_id, run_id)
+    timer.lap("plan")
+
+    # 1. parse every line once
+    lines = read_lines(spark, files)
+    file_index = {f.path: (i, f.path) for i, f in enumerate(files)}
+    if lines is None:
+        parsed = spark.createDataFrame([], transforms.PARSED_DDL)
+    else:
+        parsed = transforms.parse_lines(lines, settings, file_index)
+    parsed = _write(parsed, f"{staging}/_work/parsed")
+    failpoint("after_parse")
+    timer.lap("parse")
+
+    # 2. order and decide
+    valid, invalid = transforms.split_valid(parsed)
+    messages, copies = transforms.flag_duplicate_message_ids(valid)
+    units = transforms.assign_units(messages)
+    parent_snapshot = spark.read.parquet(warehouse.output_dir("id_cache", parent)) if parent else None
+    counters_in = parent_manifest["caches"] if parent_manifest else {}
+    decisions = transforms.decide(
+        transforms.decision_stream(units, parent_snapshot), settings, batch_id, counters_in)
+    decisions = _write(decisions, f"{staging}/_work/decisions")
+    timer.lap("decide")
+
+    # 3. stage the outputs
+    judged = transforms.with_verdicts(units, decisions)
+    staged = {
+        "delivered": transforms.delivered(judged),
+        "dropped": transforms.dropped(judged),
+        "quarantine": transforms.quarantine(invalid, copies),
+        "id_cache": transforms.snapshot(decisions),
+    }
+    written = {}
+    for name, frame in staged.items():
+        written[name] = _write(frame, f"{staging}/{name}")
+        if name == "delivered":
+            failpoint("while_staging")
+    timer.lap("write")
+
+    # 4. check the books and build the manifest
+    counts = _counts(parsed, judged, written["quarantine"])
+    caches = _caches(transforms.counters(decisions), written["id_cache"])
+    fingerprint = manifests.snapshot_fingerprint(written["id_cache"], caches)
+    invalidate = _check_history(warehouse, batch_id, fingerprint, invalidate_later, run_id)
+    fs.delete(f"{staging}/_work")
+    timer.lap("check")
+
+    manifest = {
+        "manifest_version": manifests.MANIFEST_VERSION,
+        "batch_id": batch_id,
+        "run_id": run_id,
+        "engine_version": __version__,
+        "committed_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "parent": {"batch_id": parent, "snapshot_fingerprint": parent_manifest["snapshot_fingerprint"]}
+        if parent_manifest else None,
+        "input": manifests.input_fingerprint(input_path, files),
+        "config": {"address_settings": settings.as_dict(), "fingerprint": settings.fingerprint()},
+        "counts": counts,
+        "caches": caches,
+        "snapshot_fingerprint": fingerprint,
+        "invalidated": invalidate,
+        "timings": timer.total(),
+    }
+    warehouse.commit(batch_id, run_id, manifest, invalidate)
+    return manifest
+
+
+def _counts(parsed: DataFrame, judged: DataFrame, quarantined: DataFrame) -> dict:
+    input_lines = parsed.count()
+    n_quarantined = quarantined.count()
+    by_address: dict[str, dict[str, int]] = {}
+    by_reason = {kernel.DUPLICATE: 0, kernel.TRANSACTION_REJECTED: 0}
+    delivered = dropped = 0
+    rows = judged.groupBy("address", "outcome", "reason").count().collect()
+    for row in rows:
+        bucket = by_address.setdefault(row["address"], {"delivered": 0, kernel.DUPLICATE: 0,
+                                                         kernel.TRANSACTION_REJECTED: 0})
+        if row["outcome"] == kernel.DELIVERED:
+            bucket["delivered"] += row["count"]
+            delivered += row["count"]
+        else:
+            bucket[row["reason"]] += row["count"]
+            by_reason[row["reason"]] += row["count"]
+            dropped += row["count"]
+    if input_lines != delivered + dropped + n_quarantined:
+        raise AccountingError(
+            f"input lines {input_lines} != delivered {delivered} + dropped {dropped} "
+            f"+ quarantined {n_quarantined}; nothing was committed")
+    return {
+        "input_lines": input_lines,
+        "delivered": delivered,
+        "dropped": dropped,
+        "quarantined": n_quarantined,
+        "by_reason": by_reason,
+        "by_address": dict(sorted(by_address.items())),
+    }
+
+
+def _caches(counters: DataFrame, entries: DataFrame) -> dict[str, dict]:
+    sizes = {r["cache"]: r["count"] for r in entries.groupBy("cache").count().collect()}
+    return {
+        r["cache"]: {"address": r["address"], "id_cache_size": r["id_cache_size"],
+                     "entries": sizes.get(r["cache"], 0), "last_seq": r["last_seq"]}
+        for r in sorted(counters.collect(), key=lambda r: r["cache"])
+    }
+
+
+def _check_history(warehouse: Warehouse, batch_id: str, fingerprint: str,
+                   invalidate_later: bool, run_id: str) -> list[str]:
+    """Later committed batches stand only if the cache state they started from is unchanged."""
+    later = warehouse.later_than(batch_id)
+    if not later:
+        return []
+    recorded = (warehouse.read_manifest(later[0]).get("parent") or {}).get("snapshot_fingerprint")
+    if recorded == fingerprint:
+        return []
+    if invalidate_later:
+        return later
+    warehouse.discard(batch_id, run_id)
+    raise StaleHistoryError(
+        f"batch {batch_id} is older than committed batch(es) {', '.join(later)} and changes the "
+        f"ID cache they were built on; nothing was committed. Re-run with --invalidate-later to "
+        f"mark them stale, then re-run them in order")
+
+
+# -- CLI -------------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Deduplicate one raw message batch into the warehouse (all-or-nothing).")
+    parser.add_argument("--input", required=True,
+                        help="directory or glob of *.jsonl / *.json / *.parquet files of one batch")
+    parser.add_argument("--warehouse", required=True, help="warehouse root directory (any Hadoop path)")
+    parser.add_argument("--batch-id", required=True, help="batch id, sortable in time order, e.g. 2026-11-21T05")
+    parser.add_argument("--config", help="YAML address settings (default: id_cache_size 20000 everywhere)")
+    parser.add_argument("--invalidate-later", action="store_true",
+                        help="when re-running an older batch changes history, mark later batches stale")
+    return parser
+
+
+USER_ERRORS = (ConfigError, InputError, BatchIdError, StaleHistoryError)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = load_settings(args.config)
+        validate_batch_id(args.batch_id)
+    except USER_ERRORS as error:
+        return _fail(error, 2)
+
+    spark = (SparkSession.builder.appName(f"{PROG} {args.batch_id}")
+             .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        manifest = run_batch(spark, args.input, args.warehouse, args.batch_id, settings,
+                             invalidate_later=args.invalidate_later)
+    except USER_ERRORS as error:
+        return _fail(error, 2)
+    except Exception as error:  # Spark's errors carry a JVM trace; users get one line.
+        from pyspark.errors import AnalysisException
+        code = 2 if isinstance(error, AnalysisException) else 1
+        return _fail(error, code)
+    finally:
+        spark.stop()
+    counts = manifest["counts"]
+    print(f"{PROG}: committed batch {args.batch_id}: {counts['input_lines']} lines, "
+          f"{counts['delivered']} delivered, {counts['dropped']} dropped, "
+          f"{counts['quarantined']} quarantined")
+    return 0
+
+
+def _fail(error: BaseException, code: int) -> int:
+    message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    kind = "error" if code == 2 else f"internal error ({type(error).__name__})"
+    print(f"{PROG}: {kind}: {message}", file=sys.stderr)
+    return code

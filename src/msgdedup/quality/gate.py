@@ -1,0 +1,347 @@
+"""The quality gate: validate one committed batch with GX before anything is published.
+
+``run_gate(spark, warehouse, batch_id, settings)`` reads the batch's outputs and its
+parent's ID-cache snapshot, derives the checked tables (``tables.py``), runs one GX
+checkpoint per table (``checks.py``, ``expectations/``), updates the Data Docs site under
+``<warehouse>/quality/data_docs/`` and writes a summary to
+``<warehouse>/quality/<batch_id>/result.json``. It only needs a SparkSession, so the dedup
+step and the gate can share one Spark application.
+
+The driver only receives aggregates and bounded samples (``checks.SAMPLE_ROWS`` rows per
+failed expectation); everything proportional to the data stays in Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Mapping
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+
+from msgdedup.quality import hadoop_io, tables
+from msgdedup.quality.checks import CHECKED_TABLES, DATA_DOCS_SITE
+from msgdedup.quality.project import default_project_dir, open_context
+
+log = logging.getLogger(__name__)
+
+EXIT_PASSED = 0
+EXIT_INTERNAL = 1
+EXIT_USER_ERROR = 2
+EXIT_FAILED = 3
+
+# Same rule as the engine's batch ids: a path segment, nothing that escapes the warehouse.
+_BATCH_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+
+class GateInputError(Exception):
+    """The gate cannot run on what it was given (batch not committed, outputs missing, ...)."""
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    """How the gate runs; the checks themselves are fixed by the committed GX project.
+
+    ``project_dir``: the GX project (default: ``$MSGDEDUP_GX_PROJECT`` or this checkout's
+    ``expectations/``). ``quality_dir``: where results and Data Docs go (default
+    ``<warehouse>/quality``); GX writes them with local file functions, so for a warehouse on
+    another file system the Data Docs are built in a local scratch directory and copied over.
+    """
+
+    project_dir: Path | None = None
+    quality_dir: str | None = None
+
+    @classmethod
+    def from_config(cls, path: str | None) -> "GateSettings":
+        """Settings from the optional ``--config`` YAML: the address-settings file of the
+        batch command. It is validated (a broken file is a user error here too) but the
+        gate takes cache sizes from the manifest, which records what the batch really used."""
+        if path is not None:
+            from msgdedup.config import load_settings
+
+            load_settings(path)
+        return cls()
+
+
+@dataclass
+class ExpectationOutcome:
+    suite: str
+    expectation: str
+    success: bool
+    observed: dict[str, Any]
+    sample_rows: list[dict[str, Any]]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    data_docs_page: str | None = None
+
+    @property
+    def label(self) -> str:
+        target = self.kwargs.get("column") or self.kwargs.get("column_list")
+        if target is None and "column_A" in self.kwargs:
+            target = f"{self.kwargs['column_A']},{self.kwargs['column_B']}"
+        if isinstance(target, list):
+            target = ",".join(target)
+        return f"{self.suite}.{self.expectation}({target})"
+
+
+@dataclass
+class GateResult:
+    batch_id: str
+    run_id: str | None
+    success: bool
+    expectations: list[ExpectationOutcome]
+    data_docs_path: str | None
+    result_path: str
+    checked_at: str
+
+    @property
+    def failed(self) -> list[ExpectationOutcome]:
+        return [e for e in self.expectations if not e.success]
+
+    def summary_line(self) -> str:
+        if self.success:
+            return f"gate passed for batch {self.batch_id}: {len(self.expectations)} expectations met"
+        failed = "; ".join(
+            f"{e.label} unexpected={e.observed.get('unexpected_count', e.observed.get('observed_value'))}"
+            for e in self.failed
+        )
+        return f"gate failed for batch {self.batch_id}: {len(self.failed)} expectation(s) failed: {failed}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "batch_id": self.batch_id,
+            "run_id": self.run_id,
+            "success": self.success,
+            "checked_at": self.checked_at,
+            "expectations": [asdict(e) for e in self.expectations],
+            "data_docs_path": self.data_docs_path,
+        }
+
+
+def _paths(warehouse: str, batch_id: str) -> dict[str, str]:
+    root = warehouse.rstrip("/")
+    return {
+        "manifest": f"{root}/runs/{batch_id}.json",
+        **{name: f"{root}/{name}/batch_id={batch_id}" for name in ("delivered", "dropped", "quarantine", "id_cache")},
+    }
+
+
+def read_manifest(spark: SparkSession, warehouse: str, batch_id: str) -> dict:
+    """The committed batch's manifest; a missing one means "not committed" (a user error)."""
+    if not _BATCH_ID.match(batch_id or ""):
+        raise GateInputError(f"bad batch id {batch_id!r}")
+    text = hadoop_io.read_text(spark, _paths(warehouse, batch_id)["manifest"])
+    if text is None:
+        raise GateInputError(f"batch {batch_id} is not committed in {warehouse} (no runs/{batch_id}.json)")
+    try:
+        manifest = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise GateInputError(f"runs/{batch_id}.json is not valid JSON: {exc}") from None
+    if not isinstance(manifest, dict):
+        raise GateInputError(f"runs/{batch_id}.json is not a JSON object")
+    return manifest
+
+
+def _read_output(spark: SparkSession, path: str, what: str) -> DataFrame:
+    if not hadoop_io.exists(spark, path):
+        raise GateInputError(f"{what} output missing: {path}")
+    return spark.read.parquet(path)
+
+
+@dataclass
+class BatchOutputs:
+    """The DataFrames of one committed batch (lazy: nothing is read until GX asks)."""
+
+    manifest: dict
+    delivered: DataFrame
+    dropped: DataFrame
+    quarantine: DataFrame
+    id_cache: DataFrame
+    parent_id_cache: DataFrame
+
+
+def read_batch(spark: SparkSession, warehouse: str, batch_id: str) -> BatchOutputs:
+    manifest = read_manifest(spark, warehouse, batch_id)
+    paths = _paths(warehouse, batch_id)
+    outputs = {name: _read_output(spark, paths[name], name) for name in ("delivered", "dropped", "quarantine", "id_cache")}
+    parent = (manifest.get("parent") or {}).get("batch_id")
+    if parent:
+        parent_path = _paths(warehouse, parent)["id_cache"]
+        if not hadoop_io.exists(spark, parent_path):
+            raise GateInputError(f"parent batch {parent}'s id_cache snapshot is missing: {parent_path}")
+        parent_id_cache = spark.read.parquet(parent_path)
+    else:
+        parent_id_cache = outputs["id_cache"].limit(0)
+    return BatchOutputs(manifest=manifest, parent_id_cache=parent_id_cache, **outputs)
+
+
+def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str) -> dict[str, DataFrame]:
+    """Every checked table of ``checks.CHECKED_TABLES``, by name."""
+    sizes = tables.cache_sizes(spark, batch.manifest)
+    return {
+        "messages": tables.messages(batch.delivered, batch.dropped),
+        "key_window": tables.key_window(batch.delivered, batch.parent_id_cache, sizes, batch_id),
+        "transactions": tables.transactions(batch.delivered, batch.dropped),
+        "accounting": tables.accounting(spark, batch.manifest, batch.delivered, batch.dropped, batch.quarantine),
+        "id_cache": tables.id_cache_occupancy(batch.id_cache, sizes),
+    }
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)
+
+
+_OBSERVED_KEYS = ("observed_value", "element_count", "unexpected_count", "unexpected_percent", "missing_count")
+
+
+def _outcomes(suite: str, validation, page: str | None) -> list[ExpectationOutcome]:
+    outcomes = []
+    for item in validation.results:
+        config = item.expectation_config
+        result = item.result or {}
+        kwargs = {k: v for k, v in config.kwargs.items() if k != "batch_id"}
+        samples = result.get("partial_unexpected_index_list") or []
+        if not samples and not item.success:
+            samples = [{"value": v} for v in result.get("partial_unexpected_list") or []]
+        observed = {k: result[k] for k in _OBSERVED_KEYS if k in result}
+        if item.exception_info and item.exception_info.get("raised_exception"):
+            observed["exception"] = item.exception_info.get("exception_message")
+        outcomes.append(
+            ExpectationOutcome(
+                suite=suite,
+                expectation=config.type,
+                success=bool(item.success),
+                observed=_jsonable(observed),
+                sample_rows=_jsonable(samples),
+                kwargs=_jsonable(kwargs),
+                data_docs_page=page,
+            )
+        )
+    return outcomes
+
+
+def _local_url_to_path(url: str | None) -> str | None:
+    if url and url.startswith("file://"):
+        return url[len("file://"):]
+    return url
+
+
+def run_gate(
+    spark: SparkSession, warehouse: str, batch_id: str, settings: GateSettings | None = None
+) -> GateResult:
+    """Validate committed batch ``batch_id`` of ``warehouse``; write Data Docs and result.json.
+
+    Raises GateInputError when the batch cannot be checked (not committed, outputs missing).
+    A failed check is not an exception: it is ``result.success == False``.
+    """
+    from great_expectations.core.run_identifier import RunIdentifier
+
+    settings = settings or GateSettings()
+    warehouse = warehouse.rstrip("/")
+    batch = read_batch(spark, warehouse, batch_id)
+    quality_dir = (settings.quality_dir or f"{warehouse}/quality").rstrip("/")
+    local_quality = hadoop_io.local_directory(quality_dir)
+    scratch = None if local_quality is not None else tempfile.mkdtemp(prefix="msgdedup-gx-")
+    gx_dir = local_quality if local_quality is not None else scratch
+
+    checked = checked_tables(spark, batch, batch_id)
+    for frame in checked.values():
+        frame.persist(StorageLevel.MEMORY_AND_DISK)
+    now = datetime.now(timezone.utc)
+    try:
+        context = open_context(settings.project_dir or default_project_dir(), gx_dir)
+        run_id = RunIdentifier(run_name=batch_id, run_time=now)
+        outcomes: list[ExpectationOutcome] = []
+        for table in CHECKED_TABLES:
+            checkpoint = context.checkpoints.get(table.name)
+            result = checkpoint.run(batch_parameters={"dataframe": checked[table.name]}, run_id=run_id)
+            for identifier, validation in result.run_results.items():
+                urls = context.get_docs_sites_urls(resource_identifier=identifier, site_name=DATA_DOCS_SITE)
+                page = _local_url_to_path(urls[0]["site_url"]) if urls else None
+                if scratch is not None and page:
+                    page = quality_dir + "/data_docs" + page[len(f"{scratch}/data_docs"):]
+                outcomes.extend(_outcomes(table.name, validation, page))
+    finally:
+        for frame in checked.values():
+            frame.unpersist()
+
+    docs_index = f"{quality_dir}/data_docs/index.html"
+    if scratch is not None:
+        _copy_to_hadoop(spark, f"{scratch}/data_docs", f"{quality_dir}/data_docs")
+        shutil.rmtree(scratch, ignore_errors=True)
+    gate = GateResult(
+        batch_id=batch_id,
+        run_id=batch.manifest.get("run_id"),
+        success=all(o.success for o in outcomes),
+        expectations=outcomes,
+        data_docs_path=docs_index,
+        result_path=f"{quality_dir}/{batch_id}/result.json",
+        checked_at=now.isoformat(),
+    )
+    hadoop_io.write_text(spark, gate.result_path, json.dumps(gate.to_dict(), indent=2, sort_keys=False) + "\n")
+    return gate
+
+
+def _copy_to_hadoop(spark: SparkSession, local_dir: str, target: str) -> None:
+    jvm = spark.sparkContext._jvm
+    destination = jvm.org.apache.hadoop.fs.Path(target)
+    fs = destination.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    for path in Path(local_dir).rglob("*"):
+        if path.is_file():
+            relative = path.relative_to(local_dir).as_posix()
+            fs.copyFromLocalFile(False, True, jvm.org.apache.hadoop.fs.Path(str(path)),
+                                 jvm.org.apache.hadoop.fs.Path(f"{target}/{relative}"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The ``spark_apps/gx_gate.py`` CLI: exit 0 passed, 3 failed, 2 user error, 1 internal."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="gx_gate", description="Validate a committed batch with Great Expectations.")
+    parser.add_argument("--warehouse", required=True)
+    parser.add_argument("--batch-id", required=True)
+    parser.add_argument("--config", help="the batch command's address-settings YAML (validated)")
+    parser.add_argument("--gx-project", help="GX project directory (default: the checkout's expectations/)")
+    args = parser.parse_args(argv)
+
+    def fail(code: int, message: str) -> int:
+        print(f"gx_gate: error: {message}", file=sys.stderr)
+        return code
+
+    try:
+        from msgdedup.config import ConfigError
+
+        try:
+            settings = GateSettings.from_config(args.config)
+        except ConfigError as exc:
+            return fail(EXIT_USER_ERROR, str(exc))
+        if args.gx_project:
+            settings = GateSettings(project_dir=Path(args.gx_project), quality_dir=settings.quality_dir)
+        spark = SparkSession.builder.appName(f"msgdedup-gx-gate-{args.batch_id}").getOrCreate()
+        try:
+            result = run_gate(spark, args.warehouse, args.batch_id, settings)
+        except (GateInputError, FileNotFoundError) as exc:
+            return fail(EXIT_USER_ERROR, str(exc))
+    except Exception as exc:  # noqa: BLE001 - the CLI turns anything unexpected into exit 1
+        log.exception("gx_gate failed")
+        return fail(EXIT_INTERNAL, f"internal error: {type(exc).__name__}: {exc}".replace("\n", " "))
+    if result.success:
+        print(f"gx_gate: {result.summary_line()}; data docs: {result.data_docs_path}")
+        return EXIT_PASSED
+    print(f"gx_gate: {result.summary_line()}", file=sys.stderr)
+    return EXIT_FAILED

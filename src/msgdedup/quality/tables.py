@@ -1,0 +1,188 @@
+"""The checked tables: pure DataFrame functions that turn a batch's outputs into tables GX checks.
+
+Each invariant of exactly-once delivery is recomputed here *from the outputs themselves*
+(delivered rows, dropped rows, the parent's ID-cache snapshot, the manifest), never from the
+engine's own verdicts: a gate that trusted ``dropped`` would share the engine's bugs. Every
+table carries, per row, a readable description of what is wrong (null when the row is fine),
+so that the GX expectation is a plain "this column is null" and the Data Docs page lists the
+offending rows by name (GX only renders sample *values*, not the rows' keys, in the bounded
+SUMMARY result format that keeps the driver's memory independent of the data size).
+
+Everything is distributed: joins, windows and aggregations; nothing is collected here.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+DUPLICATE = "duplicate"
+TRANSACTION_REJECTED = "transaction_rejected"
+
+REQUIRED_FIELDS = ("message_id", "address", "received_at")
+
+
+def cache_sizes(spark: SparkSession, manifest: Mapping) -> DataFrame:
+    """``cache, id_cache_size, manifest_entries`` from the manifest (one small row per cache)."""
+    rows = [
+        (name, int(info["id_cache_size"]), int(info.get("entries", 0)))
+        for name, info in sorted((manifest.get("caches") or {}).items())
+    ]
+    return spark.createDataFrame(rows, "cache string, id_cache_size long, manifest_entries long")
+
+
+def messages(delivered: DataFrame, dropped: DataFrame) -> DataFrame:
+    """Every delivered and dropped message, labelled with its output.
+
+    Checked for the required fields and for message_id uniqueness: a message_id names one
+    delivery attempt, so it may appear in exactly one output, once.
+    """
+    columns = ["message_id", "address", "received_at", "source_file", "line_number"]
+    return (
+        delivered.select(F.lit("delivered").alias("output"), *columns)
+        .unionByName(dropped.select(F.lit("dropped").alias("output"), *columns))
+    )
+
+
+def key_window(delivered: DataFrame, parent_id_cache: DataFrame, sizes: DataFrame, batch_id: str) -> DataFrame:
+    """Each checked delivered message next to the previous acceptance of its key.
+
+    The previous acceptance is looked for among this batch's deliveries and the parent's ID
+    cache snapshot (what the cache held before this batch). Artemis' cache holds the last
+    ``id_cache_size`` accepted keys, so a key may be accepted again only once it has been
+    pushed out: its two ``cache_seq`` must be more than ``id_cache_size`` apart.
+    A key that is not in the parent snapshot was pushed out before this batch, which can only
+    make the gap larger, so the snapshot is all the history needed.
+    """
+    current = delivered.where(F.col("cache").isNotNull()).select(
+        "cache", "dedup_key", "cache_seq", "message_id",
+        F.lit(batch_id).alias("accepted_batch_id"), F.lit(True).alias("_in_batch"),
+    )
+    history = parent_id_cache.select(
+        "cache", "dedup_key", "cache_seq", "message_id", "accepted_batch_id",
+        F.lit(False).alias("_in_batch"),
+    )
+    by_key = Window.partitionBy("cache", "dedup_key").orderBy(
+        F.col("cache_seq").asc_nulls_first(), F.col("_in_batch"), F.col("message_id")
+    )
+    placed = (
+        current.unionByName(history)
+        .withColumn("prev_message_id", F.lag("message_id").over(by_key))
+        .withColumn("prev_cache_seq", F.lag("cache_seq").over(by_key))
+        .withColumn("prev_batch_id", F.lag("accepted_batch_id").over(by_key))
+        .where(F.col("_in_batch"))
+        .drop("_in_batch", "accepted_batch_id")
+        .join(sizes.select("cache", "id_cache_size"), "cache", "left")
+        .withColumn("seq_gap", F.col("cache_seq") - F.col("prev_cache_seq"))
+    )
+    violation = F.when(
+        F.col("seq_gap") <= F.col("id_cache_size"),
+        F.format_string(
+            "%s key %s: %s (cache_seq %d) delivered again %d accepted keys after %s "
+            "(cache_seq %d, batch %s); the cache holds %d",
+            "cache", "dedup_key", "message_id", "cache_seq", "seq_gap",
+            "prev_message_id", "prev_cache_seq", "prev_batch_id", "id_cache_size",
+        ),
+    )
+    return placed.withColumn("duplicate_within_window", violation)
+
+
+def transactions(delivered: DataFrame, dropped: DataFrame) -> DataFrame:
+    """Per txn_id: how many messages were delivered and how many were dropped, and why.
+
+    A transaction is delivered whole or not at all. The one legal mix is a key repeated
+    inside the transaction: the repeat is dropped as ``duplicate`` of a delivered message of
+    the same transaction. A ``duplicate`` of anything else (an earlier message, a message of
+    another transaction) or a ``transaction_rejected`` next to delivered messages means the
+    transaction was partly delivered.
+    """
+    delivered_ids = delivered.where(F.col("txn_id").isNotNull()).select(
+        F.col("message_id").alias("duplicate_of"), F.col("txn_id").alias("_of_txn")
+    )
+    dropped_txn = dropped.where(F.col("txn_id").isNotNull())
+    outside_duplicates = (
+        dropped_txn.where(F.col("reason") == DUPLICATE)
+        .select("txn_id", "duplicate_of")
+        .join(delivered_ids, "duplicate_of", "left")
+        .where(F.col("_of_txn").isNull() | (F.col("_of_txn") != F.col("txn_id")))
+        .groupBy("txn_id")
+        .agg(F.count(F.lit(1)).alias("duplicates_of_outside"))
+    )
+    delivered_counts = (
+        delivered.where(F.col("txn_id").isNotNull()).groupBy("txn_id").agg(F.count(F.lit(1)).alias("delivered"))
+    )
+    dropped_counts = dropped_txn.groupBy("txn_id").agg(
+        F.count(F.lit(1)).alias("dropped"),
+        F.sum((F.col("reason") == TRANSACTION_REJECTED).cast("long")).alias("transaction_rejected"),
+    )
+    table = (
+        delivered_counts.join(dropped_counts, "txn_id", "full")
+        .join(outside_duplicates, "txn_id", "left")
+        .select(
+            "txn_id",
+            *[F.coalesce(F.col(c), F.lit(0)).cast("long").alias(c)
+              for c in ("delivered", "dropped", "transaction_rejected", "duplicates_of_outside")],
+        )
+    )
+    partial = F.when(
+        (F.col("delivered") > 0) & ((F.col("transaction_rejected") > 0) | (F.col("duplicates_of_outside") > 0)),
+        F.format_string(
+            "transaction %s partly delivered: %d delivered, %d transaction_rejected, "
+            "%d duplicate of a message outside the transaction",
+            "txn_id", "delivered", "transaction_rejected", "duplicates_of_outside",
+        ),
+    )
+    return table.withColumn("partial_delivery", partial)
+
+
+def _count(frame: DataFrame, name: str) -> DataFrame:
+    return frame.agg(F.count(F.lit(1)).cast("long").alias(name))
+
+
+def accounting(
+    spark: SparkSession, manifest: Mapping, delivered: DataFrame, dropped: DataFrame, quarantine: DataFrame
+) -> DataFrame:
+    """One row: every input line is in exactly one output, and the manifest says so too."""
+    counts = manifest.get("counts") or {}
+    declared = spark.createDataFrame(
+        [(
+            str(manifest.get("batch_id")),
+            _int_or_none(counts.get("input_lines")),
+            _int_or_none(counts.get("delivered")),
+            _int_or_none(counts.get("dropped")),
+            _int_or_none(counts.get("quarantined")),
+        )],
+        "batch_id string, input_lines long, manifest_delivered long, manifest_dropped long, "
+        "manifest_quarantined long",
+    )
+    return (
+        declared.crossJoin(_count(delivered, "delivered_rows"))
+        .crossJoin(_count(dropped, "dropped_rows"))
+        .crossJoin(_count(quarantine, "quarantined_rows"))
+        .withColumn("accounted_lines", F.col("delivered_rows") + F.col("dropped_rows") + F.col("quarantined_rows"))
+    )
+
+
+def id_cache_occupancy(id_cache: DataFrame, sizes: DataFrame) -> DataFrame:
+    """Per cache: entries in this batch's snapshot against the cache's size.
+
+    A snapshot larger than the cache would make the next batch see keys that Artemis had
+    already forgotten (false duplicates); a key twice in one cache would mean the cache
+    accepted a key it held.
+    """
+    per_cache = id_cache.groupBy("cache").agg(
+        F.count(F.lit(1)).alias("entries"),
+        F.countDistinct("dedup_key").alias("distinct_keys"),
+    )
+    return per_cache.join(sizes, "cache", "full").select(
+        "cache",
+        "id_cache_size",
+        *[F.coalesce(F.col(c), F.lit(0)).cast("long").alias(c) for c in ("entries", "distinct_keys", "manifest_entries")],
+    )
+
+
+def _int_or_none(value) -> int | None:
+    return None if value is None else int(value)
+
