@@ -86,6 +86,7 @@ class BatchResult:
     dropped: list[dict]
     quarantined: list[dict]
     caches: dict[str, Cache]
+    started_from: tuple = ()
 
     def snapshot_entries(self) -> list[dict]:
         return [
@@ -117,12 +118,22 @@ class ReferenceModel:
                 address = cache.entries[0].address if cache.entries else None
                 size = settings.id_cache_size(address) if address is not None else cache.size
                 caches[name] = cache.resized(size)
+        started_from = _state(self.committed[parent].caches) if parent is not None else _state({})
         result = _run(batch_id, parent, lines, settings, caches)
-        # A batch older than committed ones rewrites their history: they stop counting (stale).
-        for later in [b for b in self.committed if b > batch_id]:
-            del self.committed[later]
+        result.started_from = started_from
+        # §5: a batch older than committed ones may change the cache state the later ones started
+        # from; if it does, they no longer stand (they are stale and must be re-run in order).
+        later = sorted(b for b in self.committed if b > batch_id)
+        if later and self.committed[later[0]].started_from != _state(result.caches):
+            for stale in later:
+                del self.committed[stale]
         self.committed[batch_id] = result
         return result
+
+
+def _state(caches: dict[str, Cache]) -> tuple:
+    """What a later batch inherits: every cache's entries and counter."""
+    return tuple(sorted((name, cache.last_seq, tuple(cache.entries)) for name, cache in caches.items()))
 
 
 def _run(batch_id, parent, lines, settings, caches) -> BatchResult:
@@ -153,7 +164,7 @@ def _run(batch_id, parent, lines, settings, caches) -> BatchResult:
         else:
             quarantined.append(_quarantine(
                 checked.line,
-                f"duplicate message_id {checked.message.message_id!r} "
+                f"duplicate message_id '{checked.message.message_id}' "
                 f"(first at {first.line.source_file}:{first.line.line_number})",
             ))
 

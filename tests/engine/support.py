@@ -1,0 +1,98 @@
+"""Writing raw batches and reading a batch's committed outputs, for the engine tests."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pyarrow.dataset as ds
+
+from msgdedup.reference_model import RawLine
+
+OUTPUTS = ("delivered", "dropped", "quarantine", "id_cache")
+
+
+def message(mid, address="a", at=1, key=None, bridge=None, txn=None, **extra):
+    """A valid envelope; ``at`` is seconds after 2026-11-21T05:00:00Z."""
+    properties = {}
+    if key is not None:
+        properties["_AMQ_DUPL_ID"] = key
+    if bridge is not None:
+        properties["_AMQ_BRIDGE_DUP"] = bridge
+    doc = {"message_id": mid, "address": address,
+           "received_at": f"2026-11-21T05:{at // 60:02d}:{at % 60:02d}Z"}
+    if properties:
+        doc["properties"] = properties
+    if txn is not None:
+        doc["txn_id"] = txn
+    doc.update(extra)
+    return doc
+
+
+def encode(line) -> bytes:
+    if isinstance(line, bytes):
+        return line
+    if isinstance(line, str):
+        return line.encode("utf-8")
+    return json.dumps(line).encode("utf-8")
+
+
+def write_batch(directory: Path, files: dict[str, list]) -> list[RawLine]:
+    """Write JSON-lines files; returns the lines as the reference model sees them."""
+    directory.mkdir(parents=True, exist_ok=True)
+    raw_lines = []
+    for name in sorted(files):
+        encoded = [encode(line) for line in files[name]]
+        (directory / name).write_bytes(b"".join(e + b"\n" for e in encoded))
+        source = "file:" + os.path.abspath(directory / name)
+        raw_lines += [RawLine(source, i + 1, e) for i, e in enumerate(encoded)]
+    return raw_lines
+
+
+def read_output(warehouse: Path, name: str, batch_id: str) -> list[dict]:
+    path = warehouse / name / f"batch_id={batch_id}"
+    if not path.exists():
+        raise AssertionError(f"{path} missing")
+    return ds.dataset(str(path), format="parquet").to_table().to_pylist()
+
+
+def manifest(warehouse: Path, batch_id: str) -> dict:
+    return json.loads((warehouse / "runs" / f"{batch_id}.json").read_text())
+
+
+def outcome_view(warehouse: Path, batch_id: str) -> dict:
+    """The comparable content of a committed batch (what the model also produces)."""
+    delivered = read_output(warehouse, "delivered", batch_id)
+    dropped = read_output(warehouse, "dropped", batch_id)
+    quarantine = read_output(warehouse, "quarantine", batch_id)
+    snapshot = read_output(warehouse, "id_cache", batch_id)
+    return {
+        "delivered": sorted(
+            (r["source_file"], r["line_number"], r["message_id"], r["cache"], r["dedup_key"], r["cache_seq"])
+            for r in delivered),
+        "dropped": sorted(
+            (r["source_file"], r["line_number"], r["message_id"], r["reason"], r["duplicate_of"])
+            for r in dropped),
+        "quarantine": sorted((r["source_file"], r["line_number"], r["error"]) for r in quarantine),
+        "snapshot": sorted(
+            (r["cache"], r["dedup_key"], r["cache_seq"], r["message_id"], r["accepted_batch_id"])
+            for r in snapshot),
+        "counters": {name: info["last_seq"] for name, info in manifest(warehouse, batch_id)["caches"].items()},
+    }
+
+
+def model_view(result) -> dict:
+    return {
+        "delivered": sorted(
+            (r["source_file"], r["line_number"], r["message_id"], r["cache"], r["dedup_key"], r["cache_seq"])
+            for r in result.delivered),
+        "dropped": sorted(
+            (r["source_file"], r["line_number"], r["message_id"], r["reason"], r["duplicate_of"])
+            for r in result.dropped),
+        "quarantine": sorted((r["source_file"], r["line_number"], r["error"]) for r in result.quarantined),
+        "snapshot": sorted(
+            (e["cache"], e["dedup_key"], e["cache_seq"], e["message_id"], e["accepted_batch_id"])
+            for e in result.snapshot_entries()),
+        "counters": result.counters(),
+    }
