@@ -11,3 +11,21 @@ $(CHROMIUM):
 chromium: $(CHROMIUM)
 
 TEST_PREREQS += chromium
+
+# ---------------------------------------------------------------- demo
+# Airflow home of the demo (git-ignored); DEMO_PORT to use another port than 8080.
+AIRFLOW_DEMO_HOME := $(CURDIR)/.airflow
+DEMO_PORT ?= 8080
+
+.PHONY: demo stop airflow-status
+demo: setup
+	$(VENV)/bin/python -m msgdedup.orchestration.demo --home $(AIRFLOW_DEMO_HOME) --port $(DEMO_PORT)
+
+# Stops exactly the processes the demo started (pid files in .airflow/run/).
+stop:
+	@if [ -x $(VENV)/bin/python ]; then \
+	  $(VENV)/bin/python -m msgdedup.orchestration.local_airflow stop --home $(AIRFLOW_DEMO_HOME) --port $(DEMO_PORT); \
+	else echo "nothing to stop"; fi
+
+airflow-status:
+	@$(VENV)/bin/python -m msgdedup.orchestration.local_airflow status --home $(AIRFLOW_DEMO_HOME) --port $(DEMO_PORT)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -24,3 +26,126 @@ def dagbag():
     from airflow.dag_processing.dagbag import DagBag
 
     return DagBag(dag_folder=str(DAGS))
+
+
+# ------------------------------------------------------------------ a live Airflow (slow tests)
+# One Airflow (api-server + scheduler + dag-processor, SQLite, LocalExecutor) for the whole
+# session, on a free port with a temporary AIRFLOW_HOME; the e2e and browser tests share it.
+
+E2E_HOURS = ("2026-11-20T00", "2026-11-20T01")
+
+
+class LiveAirflow:
+    def __init__(self, af, raw, warehouse):
+        self.af, self.raw, self.warehouse = af, raw, warehouse
+        self._token = None
+
+    @property
+    def token(self):
+        if self._token is None:
+            self._token = self.af.token()
+        return self._token
+
+    def api(self, method, path, body=None, token=None):
+        return self.af.api(method, path, body, token=token or self.token)
+
+    def runs(self):
+        status, body = self.api("GET", "/api/v2/dags/message_dedup/dagRuns?limit=100&order_by=id")
+        assert status == 200, body
+        return body["dag_runs"]
+
+    def task_instances(self, run_id):
+        status, body = self.api("GET", f"/api/v2/dags/message_dedup/dagRuns/{run_id}/taskInstances")
+        assert status == 200, body
+        return {ti["task_id"]: ti for ti in body["task_instances"]}
+
+    def wait_run(self, run_id, timeout=900):
+        import time
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status, run = self.api("GET", f"/api/v2/dags/message_dedup/dagRuns/{run_id}")
+            assert status == 200, run
+            if run["state"] in ("success", "failed"):
+                return run
+            time.sleep(3)
+        raise AssertionError(f"run {run_id} did not finish in {timeout}s: {self.task_instances(run_id)}")
+
+    def backfill(self, first, last, reprocess="failed", conf=None):
+        from msgdedup.orchestration.demo import backfill
+
+        result = backfill(self.af, first, last, reprocess=reprocess, conf=conf)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        return result
+
+    def backfill_runs(self, batch_ids):
+        """The runs (by batch id) whose logical date is one of ``batch_ids``."""
+        out = {}
+        for run in self.runs():
+            if run.get("logical_date"):
+                bid = run["logical_date"][:13]
+                if bid in batch_ids:
+                    out[bid] = run
+        return out
+
+    def wait_batches(self, batch_ids, timeout=1200):
+        import time
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            runs = self.backfill_runs(batch_ids)
+            if len(runs) == len(batch_ids) and all(r["state"] in ("success", "failed") for r in runs.values()):
+                return runs
+            time.sleep(3)
+        raise AssertionError(f"runs not finished in {timeout}s: {self.backfill_runs(batch_ids)}")
+
+    def task_log(self, run_id, task_id, try_number):
+        status, body = self.api(
+            "GET", f"/api/v2/dags/message_dedup/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}"
+        )
+        assert status == 200, body
+        return json.dumps(body)
+
+
+@pytest.fixture(scope="session")
+def e2e_hours():
+    return E2E_HOURS
+
+
+@pytest.fixture(scope="session")
+def live_airflow(tmp_path_factory):
+    from msgdedup.orchestration.demo import configure_airflow_objects, wait_for_dag
+    from msgdedup.orchestration.local_airflow import LocalAirflow, free_port
+    from msgdedup.sample_data import write_partitions
+
+    root = tmp_path_factory.mktemp("live-airflow")
+    raw, warehouse = root / "raw", root / "warehouse"
+    start = datetime.strptime(E2E_HOURS[0], "%Y-%m-%dT%H").replace(tzinfo=timezone.utc)
+    write_partitions(raw, start, hours=len(E2E_HOURS), seed=11, messages_per_hour=60, files_per_partition=1)
+    af = LocalAirflow(
+        root / "home", free_port(),
+        # No producer writes new hours here: only backfills and manual runs (as in the demo).
+        extra_config={"scheduler": {"use_job_schedule": "False"}},
+    )
+    af.configure()
+    af.migrate()
+    configure_airflow_objects(af, raw, warehouse, None)
+    try:
+        af.start(components=("api-server", "scheduler", "dag-processor"))
+        af.wait_api()
+        live = LiveAirflow(af, raw, warehouse)
+        wait_for_dag(af, live.token)
+        yield live
+    finally:
+        af.stop()
+
+
+@pytest.fixture(scope="session")
+def backfilled(live_airflow):
+    """E2E_HOURS processed by `airflow backfill create` through the scheduler."""
+    live = live_airflow
+    status, body = live.api("PATCH", "/api/v2/dags/message_dedup", {"is_paused": False})
+    assert status == 200, body
+    live.backfill(E2E_HOURS[0], E2E_HOURS[-1])
+    runs = live.wait_batches(list(E2E_HOURS))
+    return live, runs

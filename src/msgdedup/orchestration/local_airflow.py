@@ -1,0 +1,329 @@
+"""A local Airflow for the demo and the end-to-end tests: one home directory, real components.
+
+``LocalAirflow(home, port)`` writes ``<home>/airflow.cfg`` (SQLite, LocalExecutor, low
+parallelism for a 2-core machine, SimpleAuthManager with one ``admin`` user whose random password
+is generated into ``<home>/simple_auth_manager_passwords.json.generated``, random JWT/API
+secrets), migrates the metadata DB, and starts the components as background processes:
+``api-server`` (UI + REST + our plugin), ``scheduler``, ``dag-processor`` and ``triggerer``.
+Each writes ``<home>/run/<component>.pid`` and ``<home>/logs/<component>.log``; :meth:`stop`
+stops exactly those processes (their process groups). Everything is idempotent: starting a
+running Airflow does nothing, stopping a stopped one does nothing.
+
+CLI (used by ``make demo`` / ``make stop``)::
+
+    python -m msgdedup.orchestration.local_airflow {start,stop,status} --home .airflow --port 8080
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
+ADMIN_USER = "admin"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child of ours is not alive
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return True
+
+
+@dataclass
+class LocalAirflow:
+    home: Path
+    port: int = 8080
+    dags_folder: Path = PROJECT_ROOT / "dags"
+    plugins_folder: Path = PROJECT_ROOT / "plugins"
+    parallelism: int = 2
+    extra_config: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.home = Path(self.home).resolve()
+
+    # ------------------------------------------------------------ paths / environment
+    @property
+    def base_url(self) -> str:
+        return f"http://localhost:{self.port}"
+
+    @property
+    def bin(self) -> Path:
+        return Path(sys.executable).parent
+
+    def pid_file(self, component: str) -> Path:
+        return self.home / "run" / f"{component}.pid"
+
+    def log_file(self, component: str) -> Path:
+        return self.home / "logs" / f"{component}.log"
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__")}
+        env["AIRFLOW_HOME"] = str(self.home)
+        env["AIRFLOW_CONFIG"] = str(self.home / "airflow.cfg")
+        env["PATH"] = f"{self.bin}{os.pathsep}{env.get('PATH', '/usr/bin:/bin')}"
+        env.setdefault("PYSPARK_PYTHON", str(self.bin / "python"))
+        env.setdefault("PYSPARK_DRIVER_PYTHON", str(self.bin / "python"))
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def airflow(self, *args: str, check: bool = True, capture: bool = True,
+                timeout: float = 300) -> subprocess.CompletedProcess:
+        """Run an ``airflow`` CLI command against this home."""
+        return subprocess.run(
+            [str(self.bin / "airflow"), *args], env=self.env(), check=check, text=True,
+            capture_output=capture, timeout=timeout, cwd=self.home,
+        )
+
+    # ------------------------------------------------------------ configuration
+    def password(self) -> str:
+        data = json.loads((self.home / "simple_auth_manager_passwords.json.generated").read_text())
+        return data[ADMIN_USER]
+
+    def _secret(self, name: str, nbytes: int = 32) -> str:
+        path = self.home / "secrets" / name
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            # random bytes, url-safe base64 (32 bytes: a valid Fernet key).
+            path.write_text(base64.urlsafe_b64encode(secrets.token_bytes(nbytes)).decode())
+            path.chmod(0o600)
+        return path.read_text().strip()
+
+    def configure(self) -> None:
+        """Write airflow.cfg and the admin password (random, generated once per home)."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        (self.home / "logs").mkdir(exist_ok=True)
+        (self.home / "run").mkdir(exist_ok=True)
+        pw_file = self.home / "simple_auth_manager_passwords.json.generated"
+        if not pw_file.exists():
+            pw_file.write_text(json.dumps({ADMIN_USER: secrets.token_urlsafe(12)}) + "\n")
+            pw_file.chmod(0o600)
+        config: dict[str, dict[str, Any]] = {
+            "core": {
+                "dags_folder": self.dags_folder,
+                "plugins_folder": self.plugins_folder,
+                "executor": "LocalExecutor",
+                "parallelism": self.parallelism,
+                "max_active_tasks_per_dag": self.parallelism,
+                "load_examples": "False",
+                "dags_are_paused_at_creation": "True",
+                "auth_manager": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+                "simple_auth_manager_users": f"{ADMIN_USER}:admin",
+                "simple_auth_manager_passwords_file": pw_file,
+                "execution_api_server_url": f"http://127.0.0.1:{self.port}/execution/",
+                "lazy_load_plugins": "False",
+                "fernet_key": self._secret("fernet_key"),
+            },
+            "database": {"sql_alchemy_conn": f"sqlite:///{self.home / 'airflow.db'}"},
+            "logging": {"base_log_folder": self.home / "logs" / "tasks"},
+            "api": {
+                "host": "127.0.0.1",
+                "port": self.port,
+                "base_url": self.base_url,
+                "workers": 1,
+                "secret_key": self._secret("api_secret_key"),
+                "expose_config": "False",
+            },
+            "api_auth": {"jwt_secret": self._secret("jwt_secret", 64)},
+            "scheduler": {
+                "scheduler_heartbeat_sec": 2,
+                "parsing_processes": 1,
+                "use_job_schedule": "True",
+            },
+            "dag_processor": {"parsing_processes": 1, "refresh_interval": 30, "min_file_process_interval": 30},
+        }
+        for section, values in self.extra_config.items():
+            config.setdefault(section, {}).update(values)
+        lines = ["# Written by msgdedup.orchestration.local_airflow; runtime state, not in git."]
+        for section, values in config.items():
+            lines.append(f"\n[{section}]")
+            lines += [f"{key} = {value}" for key, value in values.items()]
+        (self.home / "airflow.cfg").write_text("\n".join(lines) + "\n")
+
+    def migrate(self) -> None:
+        self.airflow("db", "migrate", timeout=600)
+        self._migrated = True
+
+    # ------------------------------------------------------------ processes
+    def pid(self, component: str) -> int | None:
+        try:
+            pid = int(self.pid_file(component).read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return pid if _alive(pid) else None
+
+    def running(self) -> dict[str, int | None]:
+        return {c: self.pid(c) for c in COMPONENTS}
+
+    def start(self, components: tuple[str, ...] = COMPONENTS) -> None:
+        """Start the components that are not running (configure + migrate first)."""
+        if all(self.pid(c) for c in components):
+            return
+        if self.pid("api-server") is None and _port_in_use(self.port):
+            raise RuntimeError(f"port {self.port} is in use by another program")
+        if not getattr(self, "_migrated", False):
+            self.configure()
+            self.migrate()
+        for component in components:
+            if self.pid(component):
+                continue
+            args = [str(self.bin / "airflow"), component]
+            if component == "api-server":
+                args += ["--port", str(self.port), "--host", "127.0.0.1", "--workers", "1"]
+            log = self.log_file(component).open("ab")
+            proc = subprocess.Popen(
+                args, env=self.env(), cwd=self.home, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+            self.pid_file(component).write_text(f"{proc.pid}\n")
+
+    def stop(self, timeout: float = 30) -> list[str]:
+        """Stop the processes this home started (by their pid files); return what was stopped."""
+        stopped = []
+        for component in reversed(COMPONENTS):
+            pid = self.pid(component)
+            if pid is None:
+                self.pid_file(component).unlink(missing_ok=True)
+                continue
+            try:
+                os.killpg(pid, signal.SIGTERM)  # its own session/group: the component and its children
+            except ProcessLookupError:
+                pass
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline and _group_alive(pid):
+                time.sleep(0.2)
+                _reap(pid)
+            if _group_alive(pid):
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                _reap(pid)
+            self.pid_file(component).unlink(missing_ok=True)
+            stopped.append(component)
+        return stopped
+
+    # ------------------------------------------------------------ REST API
+    def wait_api(self, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            if self.pid("api-server") is None:
+                raise RuntimeError(f"api-server exited; see {self.log_file('api-server')}")
+            try:
+                with urllib.request.urlopen(f"{self.base_url}/api/v2/monitor/health", timeout=5) as resp:
+                    if resp.status == 200:
+                        return
+            except (urllib.error.URLError, OSError) as exc:
+                last = str(exc)
+            time.sleep(1)
+        raise TimeoutError(f"API server not up after {timeout}s ({last})")
+
+    def token(self) -> str:
+        body = json.dumps({"username": ADMIN_USER, "password": self.password()}).encode()
+        req = urllib.request.Request(f"{self.base_url}/auth/token", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return json.loads(resp.read())["access_token"]
+
+    def api(self, method: str, path: str, body: Any = None, token: str | None = None,
+            timeout: float = 60) -> tuple[int, Any]:
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token or self.token()}"}
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(f"{self.base_url}{path}", data=data, headers=headers, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                raw = resp.read()
+                return resp.status, json.loads(raw) if raw else None
+        except urllib.error.HTTPError as exc:
+            raw = exc.read()
+            try:
+                return exc.code, json.loads(raw)
+            except ValueError:
+                return exc.code, raw.decode(errors="replace")
+
+
+def _port_in_use(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # only zombies left?
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(") ", 1)[1].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="msgdedup.orchestration.local_airflow")
+    parser.add_argument("action", choices=["start", "stop", "status", "password"])
+    parser.add_argument("--home", type=Path, default=PROJECT_ROOT / ".airflow")
+    parser.add_argument("--port", type=int, default=8080)
+    args = parser.parse_args(argv)
+    af = LocalAirflow(args.home, args.port)
+    if args.action == "start":
+        af.start()
+        af.wait_api()
+        print(f"Airflow running at {af.base_url} (home {af.home})")
+    elif args.action == "stop":
+        stopped = af.stop()
+        print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+    elif args.action == "status":
+        for component, pid in af.running().items():
+            print(f"{component:14s} {'running, pid ' + str(pid) if pid else 'stopped'}")
+    else:
+        print(af.password())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""Per-batch data-quality report: what the "Data quality" view of the Airflow UI shows.
+
+Everything is read from the warehouse (docs/architecture.md), never from Airflow's database:
+
+- the dedup report from the manifest ``runs/<ID>.json``: counts per address and reason, cache
+  fill (entries / id_cache_size) per cache;
+- the quarantined lines with their errors, read with pyarrow from
+  ``quarantine/batch_id=<ID>/*.parquet`` (at most ``max_rows`` rows are read);
+- the GX gate summary ``quality/<ID>/result.json`` and links into the Data Docs site under
+  ``quality/data_docs/``;
+- the publish state (``published/<ID>.json``) and staleness (``runs/<ID>.stale.json``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from msgdedup.orchestration.partitions import validate_batch_id
+
+QUARANTINE_COLUMNS = ("source_file", "line_number", "error", "raw_line")
+DEFAULT_MAX_ROWS = 50
+MAX_RAW_LINE_CHARS = 500
+DATA_DOCS_DIR = PurePosixPath("quality") / "data_docs"
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        with path.open(encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def list_batches(warehouse: str | Path) -> list[dict[str, Any]]:
+    """Committed and stale batches, newest first, with their headline numbers."""
+    runs = Path(warehouse) / "runs"
+    if not runs.is_dir():
+        return []
+    ids = set()
+    for path in runs.glob("*.json"):
+        name = path.name.removesuffix(".json").removesuffix(".stale")
+        try:
+            ids.add(validate_batch_id(name))
+        except ValueError:
+            continue
+    out = []
+    for batch_id in sorted(ids, reverse=True):
+        manifest = _read_json(runs / f"{batch_id}.json") or {}
+        gate = _read_json(Path(warehouse) / "quality" / batch_id / "result.json")
+        counts = manifest.get("counts") or {}
+        out.append({
+            "batch_id": batch_id,
+            "committed": bool(manifest),
+            "stale": (runs / f"{batch_id}.stale.json").exists(),
+            "run_id": manifest.get("run_id"),
+            "delivered": counts.get("delivered"),
+            "dropped": counts.get("dropped"),
+            "quarantined": counts.get("quarantined"),
+            "gate": _gate_status(gate, manifest.get("run_id")),
+            "published": (Path(warehouse) / "published" / f"{batch_id}.json").exists(),
+        })
+    return out
+
+
+def _gate_status(gate: dict[str, Any] | None, run_id: str | None) -> str:
+    if gate is None:
+        return "not run"
+    if run_id is not None and gate.get("run_id") != run_id:
+        return "outdated"
+    return "passed" if gate.get("success") is True else "failed"
+
+
+def read_quarantine(warehouse: str | Path, batch_id: str, max_rows: int = DEFAULT_MAX_ROWS) -> list[dict[str, Any]]:
+    """At most ``max_rows`` quarantined lines of a batch (reads no more than needed)."""
+    import pyarrow.dataset as ds
+
+    directory = Path(warehouse) / "quarantine" / f"batch_id={validate_batch_id(batch_id)}"
+    files = sorted(str(p) for p in directory.glob("*.parquet")) if directory.is_dir() else []
+    if not files or max_rows <= 0:
+        return []
+    dataset = ds.dataset(files, format="parquet")
+    columns = [c for c in QUARANTINE_COLUMNS if c in dataset.schema.names]
+    rows: list[dict[str, Any]] = []
+    for record_batch in dataset.to_batches(columns=columns, batch_size=max_rows):
+        for row in record_batch.to_pylist():
+            raw = row.get("raw_line")
+            if isinstance(raw, str) and len(raw) > MAX_RAW_LINE_CHARS:
+                row["raw_line"] = raw[:MAX_RAW_LINE_CHARS] + "…"
+            rows.append(row)
+            if len(rows) >= max_rows:
+                return rows
+    return rows
+
+
+def data_docs_relpath(warehouse: str | Path, page: str | None) -> str | None:
+    """A Data Docs page (absolute path or URL written by the gate) relative to the site root."""
+    if not page:
+        return None
+    text = page.removeprefix("file://")
+    marker = f"/{DATA_DOCS_DIR}/"
+    idx = text.find(marker)
+    if idx < 0:
+        return None
+    rel = PurePosixPath(text[idx + len(marker):])
+    if rel.is_absolute() or ".." in rel.parts:
+        return None
+    return str(rel)
+
+
+def batch_report(warehouse: str | Path, batch_id: str, max_rows: int = DEFAULT_MAX_ROWS) -> dict[str, Any]:
+    """Everything the view shows about one batch (raises ValueError for a bad batch id)."""
+    validate_batch_id(batch_id)
+    root = Path(warehouse)
+    manifest = _read_json(root / "runs" / f"{batch_id}.json")
+    gate = _read_json(root / "quality" / batch_id / "result.json")
+    run_id = (manifest or {}).get("run_id")
+    counts = (manifest or {}).get("counts") or {}
+    by_address = []
+    for address, c in sorted((counts.get("by_address") or {}).items()):
+        by_address.append({
+            "address": address,
+            "delivered": c.get("delivered", 0),
+            "duplicate": c.get("duplicate", 0),
+            "transaction_rejected": c.get("transaction_rejected", 0),
+        })
+    caches = []
+    for name, c in sorted(((manifest or {}).get("caches") or {}).items()):
+        size, entries = c.get("id_cache_size") or 0, c.get("entries") or 0
+        caches.append({
+            "cache": name, "entries": entries, "id_cache_size": size, "last_seq": c.get("last_seq"),
+            "fill_pct": round(100.0 * entries / size, 1) if size else None,
+        })
+    expectations = []
+    for e in (gate or {}).get("expectations") or []:
+        expectations.append({
+            "suite": e.get("suite"), "expectation": e.get("expectation"), "success": e.get("success"),
+            "column": (e.get("kwargs") or {}).get("column"),
+            "observed": e.get("observed"),
+            "data_docs": data_docs_relpath(root, e.get("data_docs_page")),
+        })
+    docs_index = root / DATA_DOCS_DIR / "index.html"
+    return {
+        "batch_id": batch_id,
+        "committed": manifest is not None,
+        "stale": (root / "runs" / f"{batch_id}.stale.json").exists(),
+        "run_id": run_id,
+        "committed_at": (manifest or {}).get("committed_at"),
+        "parent": (manifest or {}).get("parent"),
+        "counts": {
+            "input_lines": counts.get("input_lines"),
+            "delivered": counts.get("delivered"),
+            "dropped": counts.get("dropped"),
+            "quarantined": counts.get("quarantined"),
+            "by_reason": counts.get("by_reason") or {},
+        },
+        "by_address": by_address,
+        "caches": caches,
+        "quarantine": read_quarantine(root, batch_id, max_rows) if manifest is not None else [],
+        "quarantine_limit": max_rows,
+        "gate": None if gate is None else {
+            "status": _gate_status(gate, run_id),
+            "success": gate.get("success"),
+            "run_id": gate.get("run_id"),
+            "checked_at": gate.get("checked_at"),
+            "expectations": expectations,
+            "data_docs": data_docs_relpath(root, gate.get("data_docs_path")),
+        },
+        "data_docs_index": "index.html" if docs_index.is_file() else None,
+        "published": _read_json(root / "published" / f"{batch_id}.json"),
+    }
