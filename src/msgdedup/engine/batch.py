@@ -92,8 +92,8 @@ def run_batch(spark: SparkSession, input_path: str, warehouse_root: str, batch_i
     decisions = _write(decisions, f"{staging}/_work/decisions")
     timer.lap("decide")
 
-    # 3. stage the outputs
-    judged = transforms.with_verdicts(units, decisions)
+    # 3. stage the outputs (messages joined with their verdicts once, then split)
+    judged = _write(transforms.with_verdicts(units, decisions), f"{staging}/_work/judged")
     staged = {
         "delivered": transforms.delivered(judged),
         "dropped": transforms.dropped(judged),
