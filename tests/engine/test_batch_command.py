@@ -1,0 +1,157 @@
+"""The batch command as users and the DAG call it (real spark-submit processes), and its crash
+safety: killed at each step of a run, a re-run leaves exactly the outputs of one clean run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from msgdedup.config import parse_settings
+from msgdedup.engine.batch import run_batch
+from msgdedup.engine.warehouse import FAILPOINT_ENV, FAILPOINT_EXIT_CODE
+
+from tests.engine.support import message, outcome_view, write_batch
+
+ROOT = Path(__file__).resolve().parents[2]
+SPARK_SUBMIT = ROOT / ".venv" / "bin" / "spark-submit"
+APP = ROOT / "spark_apps" / "dedup_batch.py"
+H5, H6 = "2026-11-21T05", "2026-11-21T06"
+
+
+def batch_command(*args, env=None, **popen):
+    """The documented command line, run from a clean environment like a user's shell."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK")}
+    clean.update(env or {})
+    command = [str(SPARK_SUBMIT), "--master", "local[2]", "--conf", "spark.ui.enabled=false", str(APP), *args]
+    return subprocess.Popen(command, env=clean, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True, **popen)
+
+
+def run_command(*args, env=None, timeout=300):
+    process = batch_command(*args, env=env)
+    out, err = process.communicate(timeout=timeout)
+    return process.returncode, out, err
+
+
+def _assert_one_line_error(code, err, expected_code, fragment):
+    assert code == expected_code, err
+    last = [line for line in err.splitlines() if line.strip()][-1]
+    assert last.startswith("dedup_batch: error: ") and fragment in last, err
+    assert "Traceback" not in err and "\tat org.apache" not in err
+
+
+def test_batch_command_commits_a_batch(tmp_path):
+    write_batch(tmp_path / "raw", {"a.jsonl": [message("m1", key="x"), message("m2", key="x", at=2), "oops"]})
+    code, out, err = run_command("--input", str(tmp_path / "raw"), "--warehouse", str(tmp_path / "wh"),
+                                 "--batch-id", H5)
+    assert code == 0, err
+    assert f"committed batch {H5}: 3 lines, 1 delivered, 1 dropped, 1 quarantined" in out
+    assert (tmp_path / "wh" / "runs" / f"{H5}.json").exists()
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["--config", "{cfg}"], "unknown key(s) id_cache"),
+    (["--batch-id", "../../etc"], "invalid batch id"),
+    (["--batch-id", "2026-11-21T05; rm -rf /"], "invalid batch id"),
+])
+def test_user_errors_before_spark_starts(tmp_path, args, fragment):
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text('address_settings:\n  "#": {id_cache: 5}\n')
+    base = {"--input": str(tmp_path), "--warehouse": str(tmp_path / "wh"), "--batch-id": H5}
+    for flag, value in zip(args[::2], args[1::2]):
+        base[flag] = value.format(cfg=cfg)
+    code, _, err = run_command(*[x for kv in base.items() for x in kv])
+    _assert_one_line_error(code, err, 2, fragment)
+
+
+def test_missing_input_and_stale_history_are_user_errors(spark, tmp_path):
+    code, _, err = run_command("--input", str(tmp_path / "nope"), "--warehouse", str(tmp_path / "wh"),
+                               "--batch-id", H5)
+    _assert_one_line_error(code, err, 2, "input path does not exist")
+
+    write_batch(tmp_path / "r5", {"a.jsonl": [message("m1", key="x")]})
+    write_batch(tmp_path / "r6", {"a.jsonl": [message("m2", key="y")]})
+    run_batch(spark, str(tmp_path / "r6"), str(tmp_path / "wh"), H6)
+    code, _, err = run_command("--input", str(tmp_path / "r5"), "--warehouse", str(tmp_path / "wh"),
+                               "--batch-id", H5)
+    _assert_one_line_error(code, err, 2, "--invalidate-later")
+
+
+# -- crash safety -----------------------------------------------------------------------------------
+FAILPOINTS = ["after_parse", "while_staging", "before_commit_point", "after_commit_point",
+              "mid_publish", "before_manifest", "before_cleanup"]
+
+
+@pytest.fixture(scope="module")
+def clean_run(spark, tmp_path_factory):
+    """Two batches and the warehouse one clean run of each gives."""
+    root = tmp_path_factory.mktemp("clean")
+    write_batch(root / "r5", {"a.jsonl": [message(f"a{i}", key=f"k{i % 4}", at=i) for i in range(10)] + ["bad"]})
+    write_batch(root / "r6", {"a.jsonl": [message(f"b{i}", key=f"k{i % 6}", at=i, txn="T" if i in (3, 4) else None)
+                                          for i in range(10)]})
+    settings = parse_settings({"address_settings": {"#": {"id_cache_size": 3}}})
+    cfg = root / "cfg.yaml"
+    cfg.write_text('address_settings:\n  "#": {id_cache_size: 3}\n')
+    for batch_id, raw in ((H5, "r5"), (H6, "r6")):
+        run_batch(spark, str(root / raw), str(root / "clean"), batch_id, settings)
+    return root, settings, cfg, {b: outcome_view(root / "clean", b) for b in (H5, H6)}
+
+
+@pytest.mark.parametrize("point", FAILPOINTS)
+def test_crash_at_any_step_then_rerun_gives_one_clean_run(spark, clean_run, tmp_path, point):
+    root, settings, cfg, expected = clean_run
+    wh = tmp_path / "wh"
+    run_batch(spark, str(root / "r5"), str(wh), H5, settings)
+    code, _, err = run_command("--input", str(root / "r6"), "--warehouse", str(wh), "--batch-id", H6,
+                               "--config", str(cfg), env={FAILPOINT_ENV: point})
+    assert code == FAILPOINT_EXIT_CODE, err
+    committed_before = (wh / "runs" / f"{H6}.json").exists()
+    # before the commit point nothing of H6 is committed; after it the manifest appears last
+    if point in ("after_parse", "while_staging", "before_commit_point", "after_commit_point",
+                 "mid_publish", "before_manifest"):
+        assert not committed_before
+    run_batch(spark, str(root / "r6"), str(wh), H6, settings)
+    assert outcome_view(wh, H5) == expected[H5]
+    assert outcome_view(wh, H6) == expected[H6]
+    assert not (wh / "_staging").exists() or not list((wh / "_staging").iterdir())
+
+
+def test_crash_while_rerunning_a_committed_batch(spark, clean_run, tmp_path):
+    """A re-run killed mid-publish must not leave a mix of old and new files behind."""
+    root, settings, cfg, expected = clean_run
+    wh = tmp_path / "wh"
+    for batch_id, raw in ((H5, "r5"), (H6, "r6")):
+        run_batch(spark, str(root / raw), str(wh), batch_id, settings)
+    code, _, err = run_command("--input", str(root / "r6"), "--warehouse", str(wh), "--batch-id", H6,
+                               "--config", str(cfg), env={FAILPOINT_ENV: "mid_publish"})
+    assert code == FAILPOINT_EXIT_CODE, err
+    assert not (wh / "runs" / f"{H6}.json").exists()  # half-swapped: not committed
+    run_batch(spark, str(root / "r5"), str(wh), H5, settings)  # any next run recovers first
+    assert outcome_view(wh, H6) == expected[H6]
+
+
+def test_sigkill_during_writing(spark, clean_run, tmp_path):
+    """A real SIGKILL of the whole spark-submit process tree while outputs are being staged."""
+    root, settings, cfg, expected = clean_run
+    wh = tmp_path / "wh"
+    run_batch(spark, str(root / "r5"), str(wh), H5, settings)
+    process = batch_command("--input", str(root / "r6"), "--warehouse", str(wh), "--batch-id", H6,
+                            "--config", str(cfg))
+    deadline = time.monotonic() + 240
+    staging = wh / "_staging" / H6
+    while time.monotonic() < deadline and process.poll() is None:
+        if staging.exists() and any(staging.glob("*/_work/parsed/*.parquet")):
+            break
+        time.sleep(0.05)
+    assert process.poll() is None, "the run finished before it could be killed"
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert not (wh / "runs" / f"{H6}.json").exists()
+    run_batch(spark, str(root / "r6"), str(wh), H6, settings)
+    assert outcome_view(wh, H6) == expected[H6]
+    assert outcome_view(wh, H5) == expected[H5]
