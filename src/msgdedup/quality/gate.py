@@ -269,6 +269,8 @@ def run_gate(
         outcomes: list[ExpectationOutcome] = []
         for table in CHECKED_TABLES:
             checkpoint = context.checkpoints.get(table.name)
+            # Group the Spark jobs by checked table, so the Spark UI shows what the gate does.
+            spark.sparkContext.setJobGroup(f"gx-gate-{table.name}", f"GX gate of batch {batch_id}: {table.name}")
             result = checkpoint.run(batch_parameters={"dataframe": checked[table.name]}, run_id=run_id)
             for identifier, validation in result.run_results.items():
                 urls = context.get_docs_sites_urls(resource_identifier=identifier, site_name=DATA_DOCS_SITE)
@@ -277,6 +279,7 @@ def run_gate(
                     page = quality_dir + "/data_docs" + page[len(f"{scratch}/data_docs"):]
                 outcomes.extend(_outcomes(table.name, validation, page))
     finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
         for frame in checked.values():
             frame.unpersist()
 

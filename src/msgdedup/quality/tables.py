@@ -144,25 +144,29 @@ def _count(frame: DataFrame, name: str) -> DataFrame:
 def accounting(
     spark: SparkSession, manifest: Mapping, delivered: DataFrame, dropped: DataFrame, quarantine: DataFrame
 ) -> DataFrame:
-    """One row: every input line is in exactly one output, and the manifest says so too."""
+    """``count, declared, actual``: every input line is in exactly one output, and the
+    manifest's counts are the outputs' row counts.
+
+    One row per count (long format) so that a single pair expectation covers them all and
+    its sample rows say which count is off.
+    """
     counts = manifest.get("counts") or {}
     declared = spark.createDataFrame(
-        [(
-            str(manifest.get("batch_id")),
-            _int_or_none(counts.get("input_lines")),
-            _int_or_none(counts.get("delivered")),
-            _int_or_none(counts.get("dropped")),
-            _int_or_none(counts.get("quarantined")),
-        )],
-        "batch_id string, input_lines long, manifest_delivered long, manifest_dropped long, "
-        "manifest_quarantined long",
+        [(name, _int_or_none(counts.get(name))) for name in ("input_lines", "delivered", "dropped", "quarantined")],
+        "count string, declared long",
     )
-    return (
-        declared.crossJoin(_count(delivered, "delivered_rows"))
-        .crossJoin(_count(dropped, "dropped_rows"))
-        .crossJoin(_count(quarantine, "quarantined_rows"))
-        .withColumn("accounted_lines", F.col("delivered_rows") + F.col("dropped_rows") + F.col("quarantined_rows"))
+    actual = (
+        _count(delivered, "delivered").crossJoin(_count(dropped, "dropped")).crossJoin(_count(quarantine, "quarantined"))
+        .select(
+            F.explode(F.create_map(
+                F.lit("input_lines"), F.col("delivered") + F.col("dropped") + F.col("quarantined"),
+                F.lit("delivered"), F.col("delivered"),
+                F.lit("dropped"), F.col("dropped"),
+                F.lit("quarantined"), F.col("quarantined"),
+            )).alias("count", "actual")
+        )
     )
+    return declared.join(actual, "count", "full").withColumn("batch_id", F.lit(str(manifest.get("batch_id"))))
 
 
 def id_cache_occupancy(id_cache: DataFrame, sizes: DataFrame) -> DataFrame:
@@ -170,17 +174,26 @@ def id_cache_occupancy(id_cache: DataFrame, sizes: DataFrame) -> DataFrame:
 
     A snapshot larger than the cache would make the next batch see keys that Artemis had
     already forgotten (false duplicates); a key twice in one cache would mean the cache
-    accepted a key it held.
+    accepted a key it held; a cache missing from the manifest has no declared size.
     """
     per_cache = id_cache.groupBy("cache").agg(
         F.count(F.lit(1)).alias("entries"),
         F.countDistinct("dedup_key").alias("distinct_keys"),
     )
-    return per_cache.join(sizes, "cache", "full").select(
+    table = per_cache.join(sizes, "cache", "full").select(
         "cache",
         "id_cache_size",
         *[F.coalesce(F.col(c), F.lit(0)).cast("long").alias(c) for c in ("entries", "distinct_keys", "manifest_entries")],
     )
+    problems = F.concat_ws(
+        "; ",
+        F.when(F.col("id_cache_size").isNull(), F.format_string("cache %s is not declared in the manifest", "cache")),
+        F.when(F.col("entries") != F.col("distinct_keys"),
+               F.format_string("cache %s holds %d keys more than once", "cache", F.col("entries") - F.col("distinct_keys"))),
+        F.when(F.col("entries") != F.col("manifest_entries"),
+               F.format_string("cache %s has %d entries, the manifest says %d", "cache", "entries", "manifest_entries")),
+    )
+    return table.withColumn("snapshot_problem", F.when(problems != "", problems))
 
 
 def _int_or_none(value) -> int | None:

@@ -1,0 +1,42 @@
+"""The committed GX project (expectations/) is what checks.py defines, and loads in GX."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from msgdedup.quality.checks import CHECKED_TABLES, DATA_DOCS_SITE
+from msgdedup.quality.project import QUALITY_DIR_VARIABLE, default_project_dir, open_context
+
+PROJECT = Path(__file__).resolve().parents[2] / "expectations"
+
+
+def _expectation_signature(expectation: dict) -> tuple:
+    kwargs = {k: v for k, v in expectation["kwargs"].items() if k != "batch_id"}
+    return expectation["type"], json.dumps(kwargs, sort_keys=True)
+
+
+def test_committed_suites_and_checkpoints_match_checks_py(tmp_path):
+    assert default_project_dir() == PROJECT
+    for table in CHECKED_TABLES:
+        suite = json.loads((PROJECT / "expectations" / f"{table.name}.json").read_text())
+        expected = [
+            _expectation_signature(e.configuration.to_json_dict()) for e in table.build_expectations()
+        ]
+        assert [_expectation_signature(e) for e in suite["expectations"]] == expected, (
+            f"expectations/ is out of date for {table.name}: run python -m msgdedup.quality.project expectations")
+        checkpoint = json.loads((PROJECT / "checkpoints" / f"{table.name}.json").read_text())
+        assert checkpoint["result_format"] == table.result_format()
+        assert checkpoint["actions"][0]["type"] == "update_data_docs"
+        assert checkpoint["actions"][0]["site_names"] == [DATA_DOCS_SITE]
+
+
+def test_project_loads_with_stores_outside_git(tmp_path):
+    config = (PROJECT / "great_expectations.yml").read_text()
+    assert f"${{{QUALITY_DIR_VARIABLE}}}/validations/" in config
+    assert f"${{{QUALITY_DIR_VARIABLE}}}/data_docs/" in config
+    assert "analytics_enabled: false" in config
+    context = open_context(PROJECT, str(tmp_path))
+    assert sorted(c.name for c in context.checkpoints.all()) == sorted(t.name for t in CHECKED_TABLES)
+    urls = context.get_docs_sites_urls(site_name=DATA_DOCS_SITE, only_if_exists=False)
+    assert urls[0]["site_url"].startswith(f"file://{tmp_path}/data_docs")

@@ -1,0 +1,79 @@
+"""The checked tables as pure DataFrame functions, on tiny inputs (no GX, no files)."""
+
+from __future__ import annotations
+
+from msgdedup.quality import tables
+from warehouse_fixture import DELIVERED_DDL, DROPPED_DDL, ID_CACHE_DDL, delivered, dropped, entry
+
+
+def frame(spark, rows, ddl):
+    columns = [part.strip().split(" ")[0] for part in ddl.split(", ")]
+    return spark.createDataFrame([tuple(r.get(c) for c in columns) for r in rows], ddl)
+
+
+def sizes(spark, **caches):
+    return tables.cache_sizes(spark, {"caches": {c: {"id_cache_size": s, "entries": 0} for c, s in caches.items()}})
+
+
+def test_key_window_measures_the_gap_to_the_parent_snapshot_and_within_the_batch(spark):
+    parent = frame(spark, [entry("k2", 2, "m2", "B1"), entry("k3", 3, "m3", "B1"), entry("k4", 4, "m4", "B1")],
+                   ID_CACHE_DDL)
+    batch = frame(spark, [
+        delivered("n1", 1, "k4", 5),   # k4 accepted at 4: gap 1 <= 3 -> duplicate within the window
+        delivered("n2", 2, "k2", 6),   # k2 accepted at 2: gap 4 > 3 -> fine (pushed out)
+        delivered("n3", 3, "k9", 7),
+        delivered("n4", 4, "k9", 9),   # k9 again 2 later in this batch -> duplicate
+        delivered("n5", 5, None, None),  # not checked
+        delivered("n6", 6, "k1", 10),  # first time seen
+    ], DELIVERED_DDL)
+
+    rows = {r.message_id: r for r in tables.key_window(batch, parent, sizes(spark, **{"orders.eu": 3}), "B2").collect()}
+
+    assert set(rows) == {"n1", "n2", "n3", "n4", "n6"}
+    assert (rows["n1"].prev_message_id, rows["n1"].seq_gap, rows["n1"].prev_batch_id) == ("m4", 1, "B1")
+    assert rows["n1"].duplicate_within_window.startswith("orders.eu key k4: n1 (cache_seq 5) delivered again 1")
+    assert (rows["n2"].seq_gap, rows["n2"].duplicate_within_window) == (4, None)
+    assert (rows["n4"].prev_message_id, rows["n4"].seq_gap, rows["n4"].prev_batch_id) == ("n3", 2, "B2")
+    assert rows["n4"].duplicate_within_window is not None
+    assert rows["n3"].duplicate_within_window is None and rows["n6"].prev_message_id is None
+
+
+def test_transactions_allow_a_repeat_inside_but_not_a_partial_delivery(spark):
+    delivered_rows = frame(spark, [
+        delivered("a1", 1, "k1", 1, txn="A"), delivered("a2", 2, "k2", 2, txn="A"),
+        delivered("b1", 3, "k3", 3, txn="B"),
+        delivered("c1", 5, "k5", 4, txn="C"),
+        delivered("x", 7, "k7", 5),
+    ], DELIVERED_DDL)
+    dropped_rows = frame(spark, [
+        dropped("a3", 2, "k1", "duplicate", "a1", txn="A"),            # repeat inside A: legal
+        dropped("b2", 4, "k4", "transaction_rejected", "zz", txn="B"),  # B partly delivered
+        dropped("c2", 6, "k7", "duplicate", "x", txn="C"),             # duplicate of a message outside C
+        dropped("d1", 8, "k1", "duplicate", "a1", txn="D"),            # D rejected whole: fine
+        dropped("d2", 9, "k8", "transaction_rejected", "d1", txn="D"),
+    ], DROPPED_DDL)
+
+    rows = {r.txn_id: r for r in tables.transactions(delivered_rows, dropped_rows).collect()}
+
+    assert {t for t, r in rows.items() if r.partial_delivery} == {"B", "C"}
+    assert (rows["A"].delivered, rows["A"].dropped, rows["A"].duplicates_of_outside) == (2, 1, 0)
+    assert (rows["C"].duplicates_of_outside, rows["D"].delivered, rows["D"].dropped) == (1, 0, 2)
+
+
+def test_accounting_and_id_cache_occupancy(spark):
+    manifest = {"batch_id": "B", "counts": {"input_lines": 5, "delivered": 2, "dropped": 1, "quarantined": 1},
+                "caches": {"orders.eu": {"id_cache_size": 2, "entries": 2}, "idle": {"id_cache_size": 5, "entries": 0}}}
+    d = frame(spark, [delivered("a", 1, "k1", 1), delivered("b", 2, "k2", 2)], DELIVERED_DDL)
+    x = frame(spark, [dropped("c", 3, "k1", "duplicate", "a")], DROPPED_DDL)
+    q = spark.createDataFrame([("bad", "f", 4, "not JSON")], "raw_line string, source_file string, line_number long, error string")
+
+    counts = {r["count"]: (r.declared, r.actual) for r in tables.accounting(spark, manifest, d, x, q).collect()}
+    assert counts == {"input_lines": (5, 4), "delivered": (2, 2), "dropped": (1, 1), "quarantined": (1, 1)}
+
+    snapshot = frame(spark, [entry("k1", 1, "a", "B"), entry("k1", 2, "b", "B"), entry("k", 1, "z", "B", cache="ghost")],
+                     ID_CACHE_DDL)
+    occupancy = {r.cache: r for r in tables.id_cache_occupancy(snapshot, tables.cache_sizes(spark, manifest)).collect()}
+    assert (occupancy["orders.eu"].entries, occupancy["orders.eu"].snapshot_problem) == (
+        2, "cache orders.eu holds 1 keys more than once")
+    assert occupancy["idle"].snapshot_problem is None and occupancy["idle"].entries == 0
+    assert occupancy["ghost"].snapshot_problem.startswith("cache ghost is not declared in the manifest")
