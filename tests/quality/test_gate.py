@@ -9,7 +9,7 @@ import pytest
 
 from msgdedup.quality import GateInputError, run_gate
 from msgdedup.quality.gate import GateSettings
-from warehouse_fixture import (
+from tests.quality.warehouse_fixture import (
     DELIVERED_DDL, DROPPED_DDL, delivered, dropped, two_batches, write_rows,
 )
 

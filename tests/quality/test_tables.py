@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from msgdedup.quality import tables
-from warehouse_fixture import DELIVERED_DDL, DROPPED_DDL, ID_CACHE_DDL, delivered, dropped, entry
+from tests.quality.warehouse_fixture import DELIVERED_DDL, DROPPED_DDL, ID_CACHE_DDL, delivered, dropped, entry
 
 
 def frame(spark, rows, ddl):

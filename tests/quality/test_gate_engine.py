@@ -1,0 +1,172 @@
+"""The gate on batches built by the real engine: it passes them, and catches corruptions of them
+(a duplicate delivery appended, half a transaction moved to dropped) with the specific
+expectation; the ``gx_gate.py`` command reports the same through its exit code."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from msgdedup.config import parse_settings
+from msgdedup.engine.batch import run_batch
+from msgdedup.quality import run_gate
+
+ROOT = Path(__file__).resolve().parents[2]
+SPARK_SUBMIT = ROOT / ".venv" / "bin" / "spark-submit"
+GATE_APP = ROOT / "spark_apps" / "gx_gate.py"
+H5, H6 = "2026-11-21T05", "2026-11-21T06"
+SETTINGS = parse_settings({"address_settings": {"#": {"id_cache_size": 3}}})
+
+WINDOW = ("key_window", "expect_column_values_to_be_null", "duplicate_within_window")
+PARTIAL_TXN = ("transactions", "expect_column_values_to_be_null", "partial_delivery")
+
+
+def msg(mid, at, key=None, txn=None, address="orders.eu"):
+    doc = {"message_id": mid, "address": address, "received_at": f"2026-11-21T05:{at // 60:02d}:{at % 60:02d}Z"}
+    if key is not None:
+        doc["properties"] = {"_AMQ_DUPL_ID": key}
+    if txn is not None:
+        doc["txn_id"] = txn
+    return doc
+
+
+def write_input(directory: Path, lines: list) -> str:
+    directory.mkdir(parents=True)
+    text = "".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines)
+    (directory / "part-0.jsonl").write_text(text)
+    return str(directory)
+
+
+# Hour 5: a within-transaction repeat (m5 repeats m3's key inside T1: dropped, T1 delivered),
+# a duplicate (m6), an unchecked message, a bad line. Hour 6: keys from hour 5 inside and
+# outside the window of 3, and a transaction rejected whole because of one duplicate.
+HOUR5 = [
+    msg("m1", 1, "k1"), msg("m2", 2, "k2"),
+    msg("m3", 3, "k3", txn="T1"), msg("m4", 4, "k4", txn="T1"), msg("m5", 5, "k3", txn="T1"),
+    msg("m6", 6, "k4"), msg("m7", 7), "{not json",
+]
+HOUR6 = [
+    msg("n1", 1, "k1"),                                   # k1 pushed out by k2..k4: delivered
+    msg("n2", 2, "k4"),                                   # k4 still held: duplicate
+    msg("n3", 3, "k8", txn="T2"), msg("n4", 4, "k9", txn="T2"), msg("n5", 5, "k10", txn="T2"),
+    msg("n6", 6, "k11", txn="T3"), msg("n7", 7, "k10", txn="T3"),  # k10 held: T3 rejected whole
+    msg("n8", 8, "k1", address="billing"),
+]
+
+
+@pytest.fixture(scope="module")
+def engine_warehouse(spark, tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("engine")
+    warehouse = base / "wh"
+    run_batch(spark, write_input(base / "raw5", HOUR5), str(warehouse), H5, SETTINGS)
+    run_batch(spark, write_input(base / "raw6", HOUR6), str(warehouse), H6, SETTINGS)
+    return warehouse
+
+
+@pytest.fixture()
+def warehouse_copy(engine_warehouse, tmp_path) -> Path:
+    copy = tmp_path / "wh"
+    shutil.copytree(engine_warehouse, copy)
+    shutil.rmtree(copy / "quality", ignore_errors=True)
+    return copy
+
+
+def failed(result) -> set[tuple[str, str, str]]:
+    def target(e):
+        return e.kwargs.get("column") or ",".join(
+            e.kwargs.get("column_list") or [e.kwargs.get("column_A", ""), e.kwargs.get("column_B", "")])
+    return {(e.suite, e.expectation, target(e)) for e in result.expectations if not e.success}
+
+
+def rows(spark, path: Path) -> tuple[list, object]:
+    frame = spark.read.parquet(str(path))
+    return frame.collect(), frame.schema
+
+
+def rewrite(spark, path: Path, data: list, schema) -> None:
+    """Replace an output directory's files (written beside it first: Spark reads lazily)."""
+    scratch = path.with_name(path.name + ".new")
+    spark.createDataFrame(data, schema).coalesce(1).write.parquet(str(scratch))
+    shutil.rmtree(path)
+    scratch.rename(path)
+
+
+def test_engine_batches_pass_the_gate(spark, engine_warehouse):
+    manifest = json.loads((engine_warehouse / "runs" / f"{H6}.json").read_text())
+    assert manifest["parent"]["batch_id"] == H5
+    assert manifest["counts"]["by_reason"] == {"duplicate": 2, "transaction_rejected": 1}
+
+    result = run_gate(spark, str(engine_warehouse), H6)
+
+    assert result.success, result.summary_line()
+    summary = json.loads((engine_warehouse / "quality" / H6 / "result.json").read_text())
+    assert summary["success"] is True and summary["run_id"] == manifest["run_id"]
+
+
+def test_injected_duplicate_delivery_is_caught_by_the_window_expectation(spark, warehouse_copy):
+    delivered_dir = warehouse_copy / "delivered" / f"batch_id={H6}"
+    delivered, schema = rows(spark, delivered_dir)
+    original = next(r for r in delivered if r.message_id == "n1")
+    copy = original.asDict(recursive=True) | {"message_id": "n1-again", "line_number": 99}
+    spark.createDataFrame([copy], schema).coalesce(1).write.mode("append").parquet(str(delivered_dir))
+
+    result = run_gate(spark, str(warehouse_copy), H6)
+
+    assert not result.success
+    assert WINDOW in failed(result)
+    window = next(e for e in result.expectations if e.suite == "key_window" and e.kwargs.get("column") == WINDOW[2])
+    assert {window.sample_rows[0]["message_id"], window.sample_rows[0]["prev_message_id"]} == {"n1", "n1-again"}
+    assert PARTIAL_TXN not in failed(result)
+    html = Path(window.data_docs_page).read_text()
+    assert "n1-again" in html and "duplicate_within_window" in html
+
+
+def test_half_delivered_transaction_is_caught_by_the_transaction_expectation(spark, warehouse_copy):
+    delivered_dir = warehouse_copy / "delivered" / f"batch_id={H6}"
+    dropped_dir = warehouse_copy / "dropped" / f"batch_id={H6}"
+    delivered, delivered_schema = rows(spark, delivered_dir)
+    dropped, dropped_schema = rows(spark, dropped_dir)
+    moved = next(r for r in delivered if r.message_id == "n5")  # T2 = n3, n4, n5: all delivered
+    as_dropped = {name: moved.asDict(recursive=True).get(name) for name in dropped_schema.names}
+    as_dropped.update(reason="transaction_rejected", duplicate_of="n3")
+    rewrite(spark, delivered_dir, [r for r in delivered if r.message_id != "n5"], delivered_schema)
+    rewrite(spark, dropped_dir, dropped + [as_dropped], dropped_schema)
+    manifest_path = warehouse_copy / "runs" / f"{H6}.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["counts"]["delivered"] -= 1
+    manifest["counts"]["dropped"] += 1
+    manifest_path.write_text(json.dumps(manifest))
+
+    result = run_gate(spark, str(warehouse_copy), H6)
+
+    assert failed(result) == {PARTIAL_TXN}
+    (partial,) = [e for e in result.expectations if not e.success]
+    assert partial.sample_rows[0]["txn_id"] == "T2"
+    assert partial.sample_rows[0]["delivered"] == 2 and partial.sample_rows[0]["transaction_rejected"] == 1
+
+    # The command a DAG runs: exit 3 and a one-line summary naming the failed expectation.
+    code, console = gate_command("--warehouse", str(warehouse_copy), "--batch-id", H6)
+    assert code == 3, console
+    summary = [line for line in console.splitlines() if line.startswith("gx_gate:")]
+    assert len(summary) == 1, console
+    assert "gate failed" in summary[0] and "transactions.expect_column_values_to_be_null(partial_delivery)" in summary[0]
+
+
+def test_gate_command_user_error_on_uncommitted_batch(engine_warehouse):
+    code, console = gate_command("--warehouse", str(engine_warehouse), "--batch-id", "2026-11-21T07")
+    assert code == 2, console
+    assert "gx_gate: error: batch 2026-11-21T07 is not committed" in console
+
+
+def gate_command(*args) -> tuple[int, str]:
+    """spark-submit merges the app's stderr into its console output: return both together."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK")}
+    command = [str(SPARK_SUBMIT), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
+               "--conf", "spark.sql.shuffle.partitions=2", str(GATE_APP), *args]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    return done.returncode, done.stdout + done.stderr
