@@ -110,6 +110,15 @@ def active_backfill(af: LocalAirflow, token: str) -> bool:
     return status == 200 and any(b.get("completed_at") is None for b in body.get("backfills", []))
 
 
+def wait_backfills_done(af: LocalAirflow, timeout: float = 300) -> None:
+    """Airflow allows one running backfill per DAG; it is marked completed shortly after its runs."""
+    deadline = time.monotonic() + timeout
+    while active_backfill(af, af.token()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"a backfill of {settings.DAG_ID} is still running after {timeout}s")
+        time.sleep(2)
+
+
 def backfill(af: LocalAirflow, first: str, last: str, reprocess: str = "failed",
              conf: dict[str, Any] | None = None) -> subprocess.CompletedProcess:
     """``airflow backfill create`` over first..last (batch ids, inclusive), oldest first."""

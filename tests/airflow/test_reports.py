@@ -1,0 +1,69 @@
+"""Report building (pyarrow, bounded) and HTML rendering (escaped) of the Data quality view."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from msgdedup import reports
+from msgdedup.orchestration.quality_view import render_batch, render_index
+
+BATCH = "2026-11-21T05"
+
+
+def _warehouse(tmp_path, n_quarantined=120):
+    (tmp_path / "runs").mkdir()
+    manifest = {
+        "batch_id": BATCH, "run_id": "r1", "committed_at": "2026-11-21T06:01:00+00:00", "parent": None,
+        "counts": {"input_lines": 10 + n_quarantined, "delivered": 7, "dropped": 3, "quarantined": n_quarantined,
+                   "by_reason": {"duplicate": 2, "transaction_rejected": 1},
+                   "by_address": {"orders.eu": {"delivered": 7, "duplicate": 2, "transaction_rejected": 1}}},
+        "caches": {"orders.eu": {"id_cache_size": 20, "entries": 5, "last_seq": 9}},
+    }
+    (tmp_path / "runs" / f"{BATCH}.json").write_text(json.dumps(manifest))
+    qdir = tmp_path / "quarantine" / f"batch_id={BATCH}"
+    qdir.mkdir(parents=True)
+    rows = [{"raw_line": "<script>alert(1)</script>" if i == 0 else "x" * 2000, "source_file": "file:/raw/part-0.jsonl",
+             "line_number": i + 1, "error": "not valid JSON: <b>bad</b>"} for i in range(n_quarantined)]
+    pq.write_table(pa.Table.from_pylist(rows[:60]), qdir / "part-00000.parquet")
+    pq.write_table(pa.Table.from_pylist(rows[60:]), qdir / "part-00001.parquet")
+    gate_dir = tmp_path / "quality" / BATCH
+    gate_dir.mkdir(parents=True)
+    (gate_dir / "result.json").write_text(json.dumps({
+        "batch_id": BATCH, "run_id": "r1", "success": True, "checked_at": "now",
+        "data_docs_path": f"{tmp_path}/quality/data_docs/index.html",
+        "expectations": [{"suite": "messages", "expectation": "expect_x", "success": True, "observed": {},
+                          "kwargs": {"column": "message_id"},
+                          "data_docs_page": f"{tmp_path}/quality/data_docs/validations/messages/x.html"}],
+    }))
+    return tmp_path
+
+
+def test_report_reads_manifest_gate_and_a_bounded_quarantine(tmp_path):
+    wh = _warehouse(tmp_path)
+    r = reports.batch_report(wh, BATCH, max_rows=25)
+    assert r["committed"] and not r["stale"] and r["run_id"] == "r1"
+    assert r["by_address"] == [{"address": "orders.eu", "delivered": 7, "duplicate": 2, "transaction_rejected": 1}]
+    assert r["caches"][0]["fill_pct"] == 25.0
+    assert len(r["quarantine"]) == 25 and r["quarantine"][1]["raw_line"].endswith("…")
+    assert r["gate"]["status"] == "passed" and r["gate"]["data_docs"] == "index.html"
+    assert r["gate"]["expectations"][0]["data_docs"] == "validations/messages/x.html"
+    [listed] = reports.list_batches(wh)
+    assert listed["gate"] == "passed" and listed["published"] is False
+
+
+def test_gate_of_another_run_is_outdated(tmp_path):
+    wh = _warehouse(tmp_path)
+    (wh / "runs" / f"{BATCH}.json").write_text(json.dumps({"batch_id": BATCH, "run_id": "r2"}))
+    assert reports.batch_report(wh, BATCH)["gate"]["status"] == "outdated"
+
+
+def test_html_escapes_untrusted_values(tmp_path):
+    wh = _warehouse(tmp_path)
+    html = render_batch(reports.batch_report(wh, BATCH)).body.decode()
+    assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "<b>bad</b>" not in html
+    index = render_index(reports.list_batches(wh), wh).body.decode()
+    assert f"href='batches/{BATCH}'" in index
