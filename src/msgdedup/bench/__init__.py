@@ -1,0 +1,1 @@
+"""Benchmarks and scale checks (make bench)."""
