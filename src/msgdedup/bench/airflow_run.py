@@ -1,0 +1,147 @@
+"""The whole ``message_dedup`` DAG run for one partition, measured, on the project's local Airflow.
+
+Uses the Airflow helper's lifecycle (:class:`msgdedup.orchestration.local_airflow.LocalAirflow`)
+and the demo's setup of the Variables (:func:`msgdedup.orchestration.demo.configure_airflow_objects`)
+rather than a lifecycle of its own: the benchmark must measure the deployment users run. Airflow
+gets a private home and a free port, and is stopped (exactly the processes it started) at the end.
+
+What is measured: from the manual trigger (REST API, ``conf={"partition": ...}``) until the run is
+terminal, polled every ``poll`` seconds; plus the run's own start/end dates and every task's
+duration as Airflow records them. Peak memory is the sampled RSS of all Airflow components' process
+trees (scheduler, its LocalExecutor workers and their spark-submits, api-server, dag-processor),
+so it includes Airflow's idle footprint, reported separately as ``baseline_rss_bytes``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from msgdedup.bench.measure import PeakSampler, tree_rss
+
+COMPONENTS = ("api-server", "scheduler", "dag-processor")
+
+
+def _seconds(start: str | None, end: str | None) -> float | None:
+    if not start or not end:
+        return None
+    parse = lambda s: datetime.fromisoformat(s.replace("Z", "+00:00"))  # noqa: E731
+    return round((parse(end) - parse(start)).total_seconds(), 3)
+
+
+def link_partition(batch_dir: Path, raw_root: Path, batch_id: str) -> Path:
+    """Expose a workload batch as the hourly partition the DAG expects, with hard links (no copy)."""
+    from msgdedup.orchestration.partitions import partition_relpath
+
+    target = raw_root / partition_relpath(batch_id)
+    target.mkdir(parents=True, exist_ok=True)
+    for f in sorted(batch_dir.iterdir()):
+        if f.is_file() and not (target / f.name).exists():
+            try:
+                os.link(f, target / f.name)
+            except OSError:  # another file system: copy
+                (target / f.name).write_bytes(f.read_bytes())
+    return target
+
+
+@dataclass
+class DagRunResult:
+    ok: bool
+    state: str | None = None
+    wall_s: float | None = None            # trigger -> terminal state seen
+    run_s: float | None = None             # Airflow's start_date -> end_date of the run
+    peak_rss_bytes: int = 0
+    baseline_rss_bytes: int = 0
+    startup_s: float | None = None         # configure + migrate + start + DAG parsed (not in wall_s)
+    tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def run_dag_once(batch_dir: Path, work: Path, batch_id: str, *, master: str = "local[2]",
+                 config: Path | None = None, timeout: float = 3600, poll: float = 1.0) -> DagRunResult:
+    """Start a private local Airflow, run ``message_dedup`` for ``batch_id`` once, stop Airflow."""
+    try:
+        from msgdedup.orchestration import settings
+        from msgdedup.orchestration.demo import configure_airflow_objects, wait_for_dag
+        from msgdedup.orchestration.local_airflow import LocalAirflow, free_port
+    except Exception as exc:  # noqa: BLE001 - report, never build another lifecycle
+        return DagRunResult(ok=False, error=f"local Airflow lifecycle not importable: {exc!r}")
+
+    raw, warehouse = work / "raw", work / "warehouse"
+    link_partition(batch_dir, raw, batch_id)
+    af = LocalAirflow(work / "home", free_port(),
+                      extra_config={"scheduler": {"use_job_schedule": "False"}})
+    result = DagRunResult(ok=False)
+    t0 = time.perf_counter()
+    try:
+        af.configure()
+        af.migrate()
+        configure_airflow_objects(af, raw, warehouse, config)
+        _set_master(af, settings.SPARK_CONN_ID, master)
+        af.start(components=COMPONENTS)
+        af.wait_api()
+        token = af.token()
+        wait_for_dag(af, token, timeout=600)
+        status, body = af.api("PATCH", f"/api/v2/dags/{settings.DAG_ID}", {"is_paused": False}, token=token)
+        if status != 200:
+            raise RuntimeError(f"unpause failed: {status} {body}")
+        result.startup_s = round(time.perf_counter() - t0, 3)
+        roots = lambda: [p for p in af.running().values() if p]  # noqa: E731
+        time.sleep(2)
+        result.baseline_rss_bytes = tree_rss(roots())
+        with PeakSampler(roots, 0.25) as sampler:
+            start = time.perf_counter()
+            status, run = af.api("POST", f"/api/v2/dags/{settings.DAG_ID}/dagRuns",
+                                 {"logical_date": None, "conf": {"partition": batch_id}}, token=token)
+            if status != 200:
+                raise RuntimeError(f"trigger failed: {status} {run}")
+            run_id = run["dag_run_id"]
+            deadline = start + timeout
+            while True:
+                status, run = af.api("GET", f"/api/v2/dags/{settings.DAG_ID}/dagRuns/{run_id}", token=token)
+                if status == 401:
+                    token = af.token()
+                    continue
+                if status == 200 and run["state"] in ("success", "failed"):
+                    break
+                if time.perf_counter() > deadline:
+                    raise TimeoutError(f"DAG run {run_id} not finished after {timeout}s")
+                time.sleep(poll)
+            result.wall_s = round(time.perf_counter() - start, 3)
+        result.peak_rss_bytes = sampler.peak
+        result.state = run["state"]
+        result.run_s = _seconds(run.get("start_date"), run.get("end_date"))
+        status, body = af.api("GET", f"/api/v2/dags/{settings.DAG_ID}/dagRuns/{run_id}/taskInstances",
+                              token=token)
+        if status == 200:
+            for ti in body["task_instances"]:
+                result.tasks[ti["task_id"]] = {
+                    "state": ti["state"], "duration_s": ti.get("duration"),
+                    "try_number": ti.get("try_number"),
+                }
+        result.ok = result.state == "success"
+        if not result.ok:
+            result.error = f"DAG run ended {result.state}; logs under {af.home / 'logs'}"
+    except Exception as exc:  # noqa: BLE001 - the benchmark reports it and goes on
+        result.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        af.stop()
+    return result
+
+
+def _set_master(af: Any, conn_id: str, master: str) -> None:
+    """The DAG's Spark connection on the same master as every other contender."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "connections.json"
+        path.write_text(json.dumps({conn_id: {"conn_type": "spark", "host": master,
+                                              "description": "msgdedup bench"}}))
+        af.airflow("connections", "import", "--overwrite", str(path))

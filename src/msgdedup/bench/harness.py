@@ -1,0 +1,337 @@
+"""``make bench``: every contender on the same generated batches, in one run, one after another.
+
+Contenders (each a spark-submit, so JVM start-up is paid by everyone alike):
+
+- copy: read the raw batch with an explicit schema, write Parquet -- the floor;
+- ours: the batch command (``spark_apps/dedup_batch.py``) into a fresh warehouse;
+- naive: ``row_number()`` over (address, key) -- what a user writes by hand;
+- streaming: ``dropDuplicatesWithinWatermark`` with ``trigger(availableNow=True)``;
+- gx_gate: ``spark_apps/gx_gate.py`` on the batch ours just committed;
+- the whole ``message_dedup`` DAG run for one partition through the local Airflow.
+
+Scenarios per size N (1M; 10M too in the large scale): 200 addresses vs one hot address with half
+of the traffic (all contenders), and id_cache_size 1M instead of 20K on the 200-address input
+(ours only: the other contenders do not have a cache, their numbers would be the 20K ones again).
+Then a history of consecutive batches (ours only, each batch a child of the previous one) to show
+how per-batch cost grows with history: last ÷ first.
+
+Contenders run strictly one at a time; a failed contender is recorded and the run goes on.
+Inputs are generated once per work directory and reused by later runs with the same parameters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from msgdedup.bench import report
+from msgdedup.bench.measure import Measurement, measure
+from msgdedup.bench.workload import Workload, write_batch
+
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
+PEERS_DIR = Path(__file__).resolve().parent / "peers"
+BASE_BATCH_ID = "2026-11-21T00"  # the workload's batch 0 starts at 2026-11-21T00:00Z
+
+
+@dataclass(frozen=True)
+class Scale:
+    """What one ``make bench SCALE=...`` runs."""
+
+    sizes: tuple[int, ...]             # messages per single-batch scenario
+    history_batches: int
+    history_messages: int              # messages per history batch
+    cache_sizes: tuple[int, ...] = (20_000, 1_000_000)
+    addresses: int = 200
+    hot_share: float = 0.5
+    airflow: bool = True
+    spark_args: tuple[str, ...] = ()   # e.g. ("--driver-memory", "4g"), for every spark-submit
+
+
+SCALES = {
+    # ~15 minutes on a quiet 2-core machine: three 1M scenarios, 24 small batches, one DAG run.
+    "small": Scale(sizes=(1_000_000,), history_batches=24, history_messages=20_000),
+    # 10M messages need more driver memory in local mode (driver and executors share one JVM).
+    "large": Scale(sizes=(1_000_000, 10_000_000), history_batches=24, history_messages=200_000,
+                   spark_args=("--driver-memory", "6g")),
+    # a smoke run (a couple of minutes on a loaded machine): every code path, no meaningful numbers
+    "tiny": Scale(sizes=(5_000,), history_batches=3, history_messages=2_000),
+}
+
+
+def _human(n: int) -> str:
+    return f"{n // 1_000_000}M" if n >= 1_000_000 and n % 1_000_000 == 0 else (
+        f"{n // 1000}K" if n >= 1000 and n % 1000 == 0 else str(n))
+
+
+def log(msg: str) -> None:
+    print(f"[bench {datetime.now():%H:%M:%S}] {msg}", flush=True)
+
+
+@dataclass
+class Bench:
+    scale_name: str
+    scale: Scale
+    work: Path
+    master: str = "local[2]"
+    results_dir: Path = PROJECT_ROOT / "bench" / "results"
+    docs: Path | None = PROJECT_ROOT / "docs" / "benchmarks.md"
+    timeout: float = 4 * 3600
+    failures: list[str] = field(default_factory=list)
+
+    # ------------------------------------------------------------ helpers
+    def spark_submit(self, app: Path, *args: str) -> list[str]:
+        return [str(Path(sys.executable).parent / "spark-submit"), "--master", self.master,
+                *self.scale.spark_args, str(app), *[str(a) for a in args]]
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        py = str(Path(sys.executable))
+        env.setdefault("PYSPARK_PYTHON", py)
+        env.setdefault("PYSPARK_DRIVER_PYTHON", py)
+        return env
+
+    def run(self, name: str, cmd: list[str], messages: int, ok_codes: tuple[int, ...] = (0,)) -> dict[str, Any]:
+        log(f"{name}: {' '.join(cmd[-6:])}")
+        m: Measurement = measure(cmd, env=self.env(), cwd=PROJECT_ROOT,
+                                 log_path=self.work / "logs" / f"{name}.log", timeout=self.timeout)
+        out = {"wall_s": m.wall_s, "peak_rss_bytes": m.peak_rss_bytes, "returncode": m.returncode,
+               "msgs_per_s": round(messages / m.wall_s, 1) if m.wall_s else None, "log": m.log}
+        if m.returncode not in ok_codes:
+            out["error"] = f"exit {m.returncode}, see {m.log}"
+            out["output_tail"] = m.output_tail
+            self.failures.append(f"{name}: exit {m.returncode}")
+            log(f"{name}: FAILED (exit {m.returncode}); last lines:\n{m.output_tail}")
+        else:
+            log(f"{name}: {m.wall_s:.1f} s, {m.peak_rss_bytes / 2**20:,.0f} MiB peak")
+        return out
+
+    def input_dir(self, messages: int, hot_share: float, batch_index: int = 0, stream: str = "single") -> Path:
+        """Generate (once) batch ``batch_index`` of a workload stream; reuse it if already complete."""
+        w = Workload(messages=messages, addresses=self.scale.addresses, hot_share=hot_share)
+        key = f"{stream}-n{messages}-a{w.addresses}-h{hot_share}-s{w.seed}"
+        d = self.work / "inputs" / key / f"batch-{batch_index:03d}"
+        stamp = d / "_SUCCESS"
+        if not stamp.exists():
+            if d.exists():
+                shutil.rmtree(d)
+            t = time.perf_counter()
+            write_batch(d, batch_index, w)
+            log(f"generated {messages:,} messages in {d} ({time.perf_counter() - t:.1f} s)")
+        return d
+
+    def config_file(self, cache_size: int) -> Path:
+        path = self.work / "configs" / f"cache-{cache_size}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f'address_settings:\n  "#": {{id_cache_size: {cache_size}}}\n')
+        return path
+
+    def fresh(self, *parts: str) -> Path:
+        d = self.work.joinpath("out", *parts)
+        if d.exists():
+            shutil.rmtree(d)
+        d.parent.mkdir(parents=True, exist_ok=True)
+        return d
+
+    # ------------------------------------------------------------ scenarios
+    def single(self, messages: int, hot_share: float, cache_size: int, peers: tuple[str, ...],
+               copy_from: dict | None = None) -> dict[str, Any]:
+        hot = f"hot address {int(hot_share * 100)}%" if hot_share else f"{self.scale.addresses} addresses"
+        name = f"{_human(messages)}, {hot}, cache {_human(cache_size)}"
+        sid = f"n{messages}-h{hot_share}-c{cache_size}"
+        inp = self.input_dir(messages, hot_share)
+        cfg = self.config_file(cache_size)
+        s: dict[str, Any] = {"id": sid, "name": name, "messages": messages, "addresses": self.scale.addresses,
+                             "hot_share": hot_share, "id_cache_size": cache_size, "input": str(inp),
+                             "input_bytes": sum(f.stat().st_size for f in inp.iterdir()),
+                             "cache_size_axis": copy_from is not None, "runs": {}}
+        runs = s["runs"]
+        if "copy" in peers:
+            runs["copy"] = self.run(f"{sid}-copy", self.spark_submit(
+                PEERS_DIR / "copy_peer.py", "--input", inp, "--output", self.fresh(sid, "copy")), messages)
+        wh = self.fresh(sid, "warehouse")
+        if "ours" in peers:
+            runs["ours"] = self.run(f"{sid}-ours", self.spark_submit(
+                PROJECT_ROOT / "spark_apps" / "dedup_batch.py", "--input", inp, "--warehouse", wh,
+                "--batch-id", BASE_BATCH_ID, "--config", cfg), messages)
+            manifest = wh / "runs" / f"{BASE_BATCH_ID}.json"
+            if manifest.exists():
+                m = json.loads(manifest.read_text())
+                runs["ours"]["counts"] = {k: m["counts"].get(k) for k in
+                                          ("input_lines", "delivered", "dropped", "quarantined", "by_reason")}
+                runs["ours"]["engine_s"] = (m.get("timings") or {}).get("total_s")
+        if "naive" in peers:
+            runs["naive"] = self.run(f"{sid}-naive", self.spark_submit(
+                PEERS_DIR / "naive_peer.py", "--input", inp, "--output", self.fresh(sid, "naive")), messages)
+        if "streaming" in peers:
+            runs["streaming"] = self.run(f"{sid}-streaming", self.spark_submit(
+                PEERS_DIR / "streaming_peer.py", "--input", inp, "--output", self.fresh(sid, "streaming"),
+                "--checkpoint", self.fresh(sid, "streaming-checkpoint")), messages)
+        if "gx_gate" in peers and (runs.get("ours") or {}).get("returncode") == 0:
+            gate = self.run(f"{sid}-gx_gate", self.spark_submit(
+                PROJECT_ROOT / "spark_apps" / "gx_gate.py", "--warehouse", wh, "--batch-id", BASE_BATCH_ID,
+                "--config", cfg), messages, ok_codes=(0, 3))
+            gate["note"] = {0: "gate passed", 3: "gate FAILED (exit 3)"}.get(gate["returncode"], "")
+            runs["gx_gate"] = gate
+        copy = runs.get("copy") or (copy_from or {})
+        if copy_from is not None:
+            s["copy_from"] = copy_from.get("scenario")
+        for peer, r in runs.items():
+            if copy.get("wall_s") and r.get("wall_s") and not r.get("error"):
+                r["x_copy"] = round(r["wall_s"] / copy["wall_s"], 3)
+        ours = runs.get("ours") or {}
+        if runs.get("gx_gate") and ours.get("wall_s"):
+            runs["gx_gate"]["x_ours"] = round(runs["gx_gate"]["wall_s"] / ours["wall_s"], 3)
+        if copy_from is not None and "ours" in runs:
+            runs["ours"]["note"] = f"× copy of the same input ({copy_from.get('scenario')})"
+        s["warehouse"] = str(wh)
+        return s
+
+    def history(self) -> dict[str, Any]:
+        sc = self.scale
+        cache = sc.cache_sizes[0]
+        cfg = self.config_file(cache)
+        wh = self.fresh("history", "warehouse")
+        per: list[dict[str, Any]] = []
+        for k in range(sc.history_batches):
+            inp = self.input_dir(sc.history_messages, 0.0, k, stream="history")
+            batch_id = f"2026-11-{21 + k // 24:02d}T{k % 24:02d}"
+            r = self.run(f"history-{k:03d}", self.spark_submit(
+                PROJECT_ROOT / "spark_apps" / "dedup_batch.py", "--input", inp, "--warehouse", wh,
+                "--batch-id", batch_id, "--config", cfg), sc.history_messages)
+            r.update(index=k, batch_id=batch_id)
+            manifest = wh / "runs" / f"{batch_id}.json"
+            if manifest.exists():
+                m = json.loads(manifest.read_text())
+                r["engine_s"] = (m.get("timings") or {}).get("total_s")
+                r["cache_entries"] = sum(c.get("entries", 0) for c in (m.get("caches") or {}).values())
+            per.append(r)
+            if r.get("error"):
+                break  # later batches need this one as parent
+        ok = [p for p in per if not p.get("error")]
+        h: dict[str, Any] = {"batches": sc.history_batches, "messages_per_batch": sc.history_messages,
+                             "id_cache_size": cache, "per_batch": per,
+                             "complete": len(ok) == sc.history_batches}
+        if len(ok) >= 2:
+            h["first_s"], h["last_s"] = ok[0]["wall_s"], ok[-1]["wall_s"]
+            h["last_over_first"] = round(ok[-1]["wall_s"] / ok[0]["wall_s"], 3)
+            if ok[0].get("engine_s") and ok[-1].get("engine_s"):
+                h["engine_last_over_first"] = round(ok[-1]["engine_s"] / ok[0]["engine_s"], 3)
+            h["peak_rss_max_bytes"] = max(p["peak_rss_bytes"] for p in ok)
+        return h
+
+    def airflow(self, base: dict[str, Any]) -> dict[str, Any]:
+        from msgdedup.bench.airflow_run import run_dag_once
+
+        log("whole DAG run through Airflow (starting a private local Airflow)")
+        work = self.fresh("airflow")
+        cfg = self.config_file(base["id_cache_size"])
+        r = run_dag_once(Path(base["input"]), work, BASE_BATCH_ID, master=self.master, config=cfg,
+                         timeout=self.timeout).to_dict()
+        r["scenario"] = base["name"]
+        ours, gate = base["runs"].get("ours") or {}, base["runs"].get("gx_gate") or {}
+        if r.get("ok") and ours.get("wall_s") and gate.get("wall_s"):
+            r["spark_apps_s"] = round(ours["wall_s"] + gate["wall_s"], 3)
+            r["overhead_s"] = round(r["wall_s"] - r["spark_apps_s"], 3)
+            tasks = r.get("tasks", {})
+            spark_tasks = sum((tasks.get(t) or {}).get("duration_s") or 0 for t in ("dedup", "quality_gate"))
+            r["overhead_vs_task_durations_s"] = round(r["wall_s"] - spark_tasks, 3)
+        if not r.get("ok"):
+            self.failures.append(f"airflow: {r.get('error')}")
+            log(f"DAG run not measured: {r.get('error')}")
+        else:
+            log(f"DAG run: {r['wall_s']:.1f} s, overhead {r.get('overhead_s')} s")
+        return r
+
+    # ------------------------------------------------------------ the whole run
+    def execute(self) -> dict[str, Any]:
+        started = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        self.work.mkdir(parents=True, exist_ok=True)
+        results: dict[str, Any] = {
+            "schema_version": 1, "started_at": started, "scale": self.scale_name,
+            "scale_params": asdict(self.scale), "master": self.master, "work": str(self.work),
+            "machine": report.machine(), "versions": report.versions(), "scenarios": [],
+        }
+        sc = self.scale
+        all_peers = ("copy", "ours", "naive", "streaming", "gx_gate")
+        for n in sc.sizes:
+            base = self.single(n, 0.0, sc.cache_sizes[0], all_peers)
+            results["scenarios"].append(base)
+            results["scenarios"].append(self.single(n, sc.hot_share, sc.cache_sizes[0], all_peers))
+            for cache in sc.cache_sizes[1:]:
+                results["scenarios"].append(self.single(
+                    n, 0.0, cache, ("ours", "gx_gate"),
+                    copy_from={**(base["runs"].get("copy") or {}), "scenario": base["name"]}))
+            if sc.airflow and n == sc.sizes[0]:
+                results["airflow"] = self.airflow(base)
+        if sc.history_batches:
+            log(f"history: {sc.history_batches} batches of {sc.history_messages:,} messages")
+            results["history"] = self.history()
+        results["targets"] = report.targets(results)
+        results["failures"] = self.failures
+        results["finished_at"] = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return results
+
+
+def publish(results: dict[str, Any], results_dir: Path, docs: Path | None) -> str:
+    """Write JSON (timestamped + latest), the plot next to them, the docs section; return the table."""
+    path, _ = report.write_results(results, results_dir)
+    png = report.plot(results, results_dir / "latest.png")
+    table = report.markdown(results)
+    if docs is not None:
+        rel = os.path.relpath(png, docs.parent) if png else None
+        report.update_docs(docs, table, rel)
+    log(f"results: {path} (and latest.json, latest.png)" + (f"; table in {docs}" if docs else ""))
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="msgdedup.bench.harness", description=__doc__.split("\n")[0])
+    p.add_argument("--scale", choices=sorted(SCALES), default="small")
+    p.add_argument("--work", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "msgdedup-bench",
+                   help="inputs (reused), outputs and logs")
+    p.add_argument("--master", default="local[2]")
+    p.add_argument("--results-dir", type=Path, default=PROJECT_ROOT / "bench" / "results")
+    p.add_argument("--docs", type=Path, default=PROJECT_ROOT / "docs" / "benchmarks.md",
+                   help="Markdown file whose results section is rewritten ('' for none)")
+    p.add_argument("--messages", type=int, nargs="*", help="override the single-batch sizes")
+    p.add_argument("--history-batches", type=int)
+    p.add_argument("--history-messages", type=int)
+    p.add_argument("--no-airflow", action="store_true", help="skip the whole-DAG run")
+    p.add_argument("--spark-arg", action="append", default=None,
+                   help="extra spark-submit argument for every app (repeat), e.g. --spark-arg=--driver-memory=4g")
+    args = p.parse_args(argv)
+    scale = SCALES[args.scale]
+    if args.messages:
+        scale = replace(scale, sizes=tuple(args.messages))
+    if args.history_batches is not None:
+        scale = replace(scale, history_batches=args.history_batches)
+    if args.history_messages is not None:
+        scale = replace(scale, history_messages=args.history_messages)
+    if args.no_airflow:
+        scale = replace(scale, airflow=False)
+    if args.spark_arg:
+        extra = [part for a in args.spark_arg for part in a.split("=", 1)]
+        scale = replace(scale, spark_args=tuple(extra))
+    docs = args.docs if str(args.docs) else None
+    bench = Bench(args.scale, scale, args.work.resolve(), master=args.master,
+                  results_dir=args.results_dir, docs=docs)
+    log(f"scale {args.scale}: {asdict(scale)}; work dir {bench.work}")
+    results = bench.execute()
+    table = publish(results, args.results_dir, docs)
+    report.print_table(table)
+    if results["failures"]:
+        print(f"\n{len(results['failures'])} contender(s) failed: {'; '.join(results['failures'])}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""Wall time and peak memory of a command, counted over its whole process tree.
+
+A Spark app is not one process: spark-submit execs a JVM, which starts the Python driver and
+Python workers (pyspark daemon and its forks). Their memory only means something summed, so a
+sampler thread adds up the RSS of every live process under the root(s) every ``interval`` seconds
+and keeps the maximum. Short-lived workers between two samples can be missed: the figure is a
+sampled peak, good to the few percent that matter here, not an exact high-water mark.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import psutil
+
+
+def tree_rss(roots: Iterable[int]) -> int:
+    """Sum of RSS (bytes) of the processes ``roots`` and all their descendants (each counted once)."""
+    seen: dict[int, int] = {}
+    for pid in roots:
+        try:
+            root = psutil.Process(pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            continue
+        for proc in procs:
+            if proc.pid in seen:
+                continue
+            try:
+                seen[proc.pid] = proc.memory_info().rss
+            except psutil.Error:
+                pass
+    return sum(seen.values())
+
+
+class PeakSampler:
+    """Background thread: max over time of ``tree_rss(roots())``; use as a context manager."""
+
+    def __init__(self, roots: Callable[[], Iterable[int]], interval: float = 0.2) -> None:
+        self.roots, self.interval = roots, interval
+        self.peak = 0
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="rss-sampler", daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.interval)
+
+    def sample(self) -> None:
+        rss = tree_rss(list(self.roots()))
+        self.samples += 1
+        self.peak = max(self.peak, rss)
+
+    def __enter__(self) -> PeakSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@dataclass
+class Measurement:
+    """One measured command. ``returncode`` 0 is success for every app but the GX gate (3 = failed gate)."""
+
+    command: list[str]
+    wall_s: float
+    peak_rss_bytes: int
+    returncode: int
+    samples: int
+    log: str | None = None
+    output_tail: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def measure(command: list[str], *, env: dict[str, str] | None = None, cwd: str | Path | None = None,
+            log_path: str | Path | None = None, interval: float = 0.2,
+            timeout: float | None = None) -> Measurement:
+    """Run ``command`` to completion; wall time from start to exit, sampled peak RSS of its tree.
+
+    Output goes to ``log_path`` (a file, so a chatty JVM can never block on a full pipe); its last
+    lines are kept in the measurement for error reports.
+    """
+    log_file = Path(log_path) if log_path else None
+    if log_file:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+    out = log_file.open("wb") if log_file else subprocess.DEVNULL
+    try:
+        start = time.perf_counter()
+        proc = subprocess.Popen(command, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        with PeakSampler(lambda: [proc.pid], interval) as sampler:
+            try:
+                returncode = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)  # our own session: exactly the tree we started
+                returncode = proc.wait()
+        wall = time.perf_counter() - start
+    finally:
+        if log_file:
+            out.close()
+    tail = ""
+    if log_file and log_file.exists():
+        lines = log_file.read_text(errors="replace").splitlines()
+        tail = "\n".join(lines[-15:])
+    return Measurement(command=[str(c) for c in command], wall_s=round(wall, 3),
+                       peak_rss_bytes=sampler.peak, returncode=returncode, samples=sampler.samples,
+                       log=str(log_file) if log_file else None, output_tail=tail)

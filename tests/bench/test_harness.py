@@ -1,0 +1,144 @@
+"""The benchmark harness on a tiny scale: the peers' outputs are right, the reports get written.
+
+No timing assertions (the machine may be loaded); the peers run in the suite's shared
+SparkSession (their ``run()`` functions are exactly what their spark-submit apps call).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from pyspark.sql import functions as F
+
+from msgdedup.bench import harness, report
+from msgdedup.bench.measure import measure, tree_rss
+from msgdedup.bench.peers import copy_peer, naive_peer, streaming_peer
+from msgdedup.bench.workload import Workload, write_batch
+
+N = 2000
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("bench") / "batch-000"
+    write_batch(d, 0, Workload(messages=N, addresses=20, files=2))
+    return d
+
+
+@pytest.fixture(scope="module")
+def first_arrivals(spark, batch):
+    """(address, key) -> earliest received_ts, computed independently of the peers' dedup."""
+    raw = copy_peer.read_raw(spark, str(batch))
+    return (raw.select("address", naive_peer.dedup_key().alias("k"), naive_peer.received_ts().alias("ts"))
+            .groupBy("address", "k").agg(F.min("ts").alias("ts")).collect())
+
+
+def test_workload_has_duplicates(batch):
+    lines = [json.loads(line) for f in sorted(batch.glob("part-*.jsonl")) for line in f.open()]
+    assert len(lines) == N and (batch / "_SUCCESS").exists()
+    keys = [(m["address"], m["properties"].get("_AMQ_DUPL_ID")) for m in lines
+            if m["properties"].get("_AMQ_DUPL_ID")]
+    assert len(set(keys)) < len(keys), "the workload must contain duplicates"
+
+
+def test_copy_writes_every_row(spark, batch, tmp_path):
+    copy_peer.run(spark, str(batch), str(tmp_path / "copy"))
+    out = spark.read.parquet(str(tmp_path / "copy"))
+    assert out.count() == N
+    assert out.where(F.col("received_at").isNull() | F.col("message_id").isNull()).count() == 0
+
+
+def test_naive_keeps_the_first_row_per_address_and_key(spark, batch, tmp_path, first_arrivals):
+    naive_peer.run(spark, str(batch), str(tmp_path / "naive"))
+    rows = spark.read.parquet(str(tmp_path / "naive")).select("address", "dedup_key", "received_ts").collect()
+    kept = {(r.address, r.dedup_key): r.received_ts for r in rows}
+    assert len(kept) == len(rows) < N, "one row per (address, key), duplicates removed"
+    assert kept == {(r.address, r.k): r.ts for r in first_arrivals}, "the first arrival wins"
+
+
+def test_streaming_output_has_no_duplicate_keys(spark, batch, tmp_path, first_arrivals):
+    streaming_peer.run(spark, str(batch), str(tmp_path / "stream"), str(tmp_path / "ckpt"))
+    rows = spark.read.parquet(str(tmp_path / "stream")).select("address", "dedup_key").collect()
+    keys = {(r.address, r.dedup_key) for r in rows}
+    assert len(keys) == len(rows), "no duplicate keys"
+    assert keys == {(r.address, r.k) for r in first_arrivals}, "and no key lost (one batch < window)"
+    assert (tmp_path / "ckpt" / "state").is_dir(), "the dedup state lives in the checkpoint"
+
+
+def test_measure_counts_the_process_tree(tmp_path):
+    code = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'import time; time.sleep(1.0)'])"
+    m = measure([sys.executable, "-c", code], log_path=tmp_path / "log.txt", interval=0.05)
+    assert m.returncode == 0 and m.samples > 3
+    assert m.peak_rss_bytes > 2 * 4_000_000, "parent and child python both counted"
+    assert tree_rss([999_999_999]) == 0
+
+
+def _fake_results() -> dict:
+    def run(wall, **kw):
+        return {"wall_s": wall, "peak_rss_bytes": 800 * 2**20, "returncode": 0,
+                "msgs_per_s": N / wall, **kw}
+
+    base = {"id": "a", "name": "2K, 200 addresses, cache 20K", "messages": N, "hot_share": 0.0,
+            "id_cache_size": 20000, "input": "/x", "cache_size_axis": False, "runs": {
+                "copy": run(10.0, x_copy=1.0), "ours": run(14.0, x_copy=1.4),
+                "naive": run(12.0, x_copy=1.2), "streaming": run(20.0, x_copy=2.0),
+                "gx_gate": run(6.0, x_copy=0.6, x_ours=0.43, note="gate passed")}}
+    hot = {**base, "id": "b", "name": "2K, hot address 50%, cache 20K", "hot_share": 0.5,
+           "runs": {**base["runs"], "ours": run(25.0, x_copy=2.5)}}
+    big_cache = {**base, "id": "c", "name": "2K, 200 addresses, cache 1M", "cache_size_axis": True,
+                 "runs": {"ours": run(15.0, x_copy=1.5)}}
+    per = [{"index": k, "wall_s": 10.0 + k * 0.1, "engine_s": 2.0, "peak_rss_bytes": 1} for k in range(24)]
+    return {
+        "started_at": "2026-11-21T10:00:00Z", "scale": "tiny", "master": "local[2]",
+        "machine": report.machine(), "versions": report.versions(),
+        "scenarios": [base, hot, big_cache],
+        "history": {"batches": 24, "messages_per_batch": 100, "id_cache_size": 20000, "per_batch": per,
+                    "first_s": 10.0, "last_s": 12.3, "last_over_first": 1.23,
+                    "engine_last_over_first": 1.0, "peak_rss_max_bytes": 1},
+        "airflow": {"ok": True, "scenario": base["name"], "wall_s": 60.0, "run_s": 58.0,
+                    "spark_apps_s": 20.0, "overhead_s": 40.0, "peak_rss_bytes": 3 * 2**30,
+                    "baseline_rss_bytes": 2**30, "startup_s": 50.0,
+                    "tasks": {"dedup": {"duration_s": 16.0}, "quality_gate": {"duration_s": 8.0}}},
+    }
+
+
+def test_targets_and_table():
+    results = _fake_results()
+    results["targets"] = report.targets(results)
+    met = {t["target"]: t["met"] for t in results["targets"]}
+    assert met["ours ≤ 1.5× copy (2K, 200 addresses, cache 20K)"] is True
+    assert met["ours ≤ 2.0× copy (2K, hot address 50%, cache 20K)"] is False
+    assert met["GX gate ≤ 0.5× dedup (2K, 200 addresses, cache 20K)"] is True
+    assert met["per-batch time last ÷ first ≤ 1.2 over 24 batches"] is False
+    table = report.markdown(results)
+    assert "| 2K, 200 addresses, cache 20K | ours (dedup_batch.py) | 14.0 |" in table
+    assert "**missed**" in table and "Airflow overhead 40.0 s" in table
+    assert "Spark 4.1" in table
+
+
+def test_publish_writes_json_plot_and_docs(tmp_path):
+    results = _fake_results()
+    results["targets"] = report.targets(results)
+    docs = tmp_path / "docs" / "benchmarks.md"
+    docs.parent.mkdir()
+    docs.write_text("# Benchmarks\n\nHow to run.\n\n" + report.DOCS_START + "\nold\n" + report.DOCS_END
+                    + "\n\nAfter.\n")
+    table = harness.publish(results, tmp_path / "results", docs)
+    latest = json.loads((tmp_path / "results" / "latest.json").read_text())
+    assert latest["scenarios"][0]["runs"]["ours"]["x_copy"] == 1.4
+    assert (tmp_path / "results" / "20261121T100000Z.json").exists()
+    png = tmp_path / "results" / "latest.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = docs.read_text()
+    assert "How to run." in text and "After." in text and "old" not in text
+    assert table in text and "../results/latest.png" in text
+
+
+def test_cli_scales_are_consistent():
+    small, large = harness.SCALES["small"], harness.SCALES["large"]
+    assert small.sizes == (1_000_000,) and large.sizes == (1_000_000, 10_000_000)
+    assert small.history_batches == large.history_batches == 24
+    assert small.cache_sizes == (20_000, 1_000_000)
