@@ -142,3 +142,37 @@ def test_cli_scales_are_consistent():
     assert small.sizes == (1_000_000,) and large.sizes == (1_000_000, 10_000_000)
     assert small.history_batches == large.history_batches == 24
     assert small.cache_sizes == (20_000, 1_000_000)
+
+
+def test_execute_wires_scenarios_history_airflow_and_targets(tmp_path, monkeypatch):
+    """The whole harness with the spark-submits replaced by fixed timings (no JVM, no Airflow)."""
+    from msgdedup.bench import airflow_run
+
+    walls = {"copy": 10.0, "ours": 13.0, "naive": 11.0, "streaming": 30.0, "gx_gate": 5.0}
+    calls = []
+
+    def fake_run(self, name, cmd, messages, ok_codes=(0,)):
+        calls.append(name)
+        kind = name.rsplit("-", 1)[-1] if not name.startswith("history") else "history"
+        wall = 10.0 + 2 * int(name.split("-")[1]) if kind == "history" else walls[kind]
+        return {"wall_s": wall, "peak_rss_bytes": 1, "returncode": 0, "msgs_per_s": messages / wall}
+
+    monkeypatch.setattr(harness.Bench, "run", fake_run)
+    monkeypatch.setattr(airflow_run, "run_dag_once", lambda *a, **k: airflow_run.DagRunResult(
+        ok=True, state="success", wall_s=40.0, tasks={"dedup": {"duration_s": 15.0}}))
+    scale = harness.Scale(sizes=(300,), history_batches=3, history_messages=100)
+    bench = harness.Bench("test", scale, tmp_path / "work", results_dir=tmp_path / "res", docs=None)
+    results = bench.execute()
+    assert [s["name"] for s in results["scenarios"]] == [
+        "300, 200 addresses, cache 20K", "300, hot address 50%, cache 20K", "300, 200 addresses, cache 1M"]
+    base, hot, big = results["scenarios"]
+    assert base["runs"]["ours"]["x_copy"] == 1.3 and base["runs"]["gx_gate"]["x_ours"] == round(5 / 13, 3)
+    assert set(big["runs"]) == {"ours", "gx_gate"} and big["runs"]["ours"]["x_copy"] == 1.3
+    assert results["history"]["last_over_first"] == 1.4
+    assert results["airflow"]["overhead_s"] == 40.0 - 18.0
+    met = {t["target"]: t["met"] for t in results["targets"]}
+    assert met["per-batch time last ÷ first ≤ 1.2 over 3 batches"] is False
+    assert met["ours ≤ 2.0× copy (300, hot address 50%, cache 20K)"] is True
+    assert sum(c.startswith("history") for c in calls) == 3
+    table = harness.publish(results, tmp_path / "res", None)
+    assert "ours (dedup_batch.py)" in table and (tmp_path / "res" / "latest.json").exists()
