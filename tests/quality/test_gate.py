@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
 from msgdedup.quality import GateInputError, run_gate
-from msgdedup.quality.gate import GateSettings
+from msgdedup.quality.gate import EXIT_USER_ERROR, GateSettings, main
 from tests.quality.warehouse_fixture import (
     DELIVERED_DDL, DROPPED_DDL, delivered, dropped, two_batches, write_rows,
 )
@@ -27,17 +28,25 @@ def outcome(result, suite: str, column: str):
     return next(e for e in result.expectations if e.suite == suite and e.kwargs.get("column") == column)
 
 
+@pytest.fixture(scope="module")
+def pristine(spark, tmp_path_factory) -> Path:
+    """The two correct batches, written once; each test corrupts its own copy."""
+    root = tmp_path_factory.mktemp("hand") / "wh"
+    two_batches(spark, root)
+    return root
+
+
 @pytest.fixture()
-def warehouse(spark, tmp_path) -> Path:
-    two_batches(spark, tmp_path / "wh")
-    return tmp_path / "wh"
+def warehouse(pristine, tmp_path) -> Path:
+    copy = tmp_path / "wh"
+    shutil.copytree(pristine, copy)
+    return copy
 
 
-def test_correct_batches_pass_and_write_summary_and_data_docs(spark, warehouse):
-    for batch_id in ("B1", "B2"):
-        result = run_gate(spark, str(warehouse), batch_id, GateSettings())
-        assert result.success, result.summary_line()
-        assert failed(result) == set()
+def test_correct_batch_passes_and_writes_summary_and_data_docs(spark, warehouse):
+    result = run_gate(spark, str(warehouse), "B2", GateSettings())
+    assert result.success, result.summary_line()
+    assert failed(result) == set()
     summary = json.loads((warehouse / "quality" / "B2" / "result.json").read_text())
     assert summary["batch_id"] == "B2" and summary["run_id"] == "run-B2" and summary["success"] is True
     assert {e["suite"] for e in summary["expectations"]} == {
@@ -110,14 +119,19 @@ def test_half_delivered_transaction_fails_the_transaction_expectation(spark, war
     assert "T2 partly delivered" in Path(partial.data_docs_page).read_text()
 
 
-def test_outside_duplicate_in_a_delivered_transaction_and_oversized_snapshot(spark, warehouse):
-    """Two independent corruptions, each caught by its own expectation and nothing else:
-    m10 of T2 dropped as a duplicate of m1 (another batch) while m9 stays delivered, and a
-    manifest that shrinks the cache below the snapshot's size."""
+def test_several_independent_corruptions_each_fail_their_own_expectation(spark, warehouse):
+    """In one batch: m10 of T2 dropped as a duplicate of m1 (another batch) while m9 stays
+    delivered; m11 renamed m7 (now delivered and dropped); m13 without address; a manifest
+    that shrinks the cache below the snapshot's size. Each is caught by its expectation only."""
     delivered_dir = warehouse / "delivered" / "batch_id=B2"
     dropped_dir = warehouse / "dropped" / "batch_id=B2"
     kept = [row.asDict() for row in spark.read.parquet(str(delivered_dir)).where("message_id != 'm10'").collect()]
     dropped_rows = [row.asDict() for row in spark.read.parquet(str(dropped_dir)).collect()]
+    for row in dropped_rows:
+        if row["message_id"] == "m11":
+            row["message_id"] = "m7"
+        if row["message_id"] == "m13":
+            row["address"] = None
     write_rows(spark, str(delivered_dir), kept, DELIVERED_DDL)
     write_rows(spark, str(dropped_dir), dropped_rows + [dropped("m10", 5, "k1", "duplicate", "m1", txn="T2")],
                DROPPED_DDL)
@@ -132,27 +146,18 @@ def test_outside_duplicate_in_a_delivered_transaction_and_oversized_snapshot(spa
     assert failed(result) == {
         PARTIAL_TXN,
         ("id_cache", "expect_column_pair_values_a_to_be_greater_than_b", "id_cache_size,entries"),
+        ("messages", "expect_column_values_to_be_unique", "message_id"),
+        ("messages", "expect_column_values_to_not_be_null", "address"),
     }
     assert outcome(result, "transactions", "partial_delivery").sample_rows[0]["duplicates_of_outside"] == 1
     oversized = next(e for e in result.expectations if e.suite == "id_cache" and not e.success)
     assert oversized.sample_rows == [{"cache": "orders.eu", "id_cache_size": 2, "entries": 3}]
-
-
-def test_message_in_both_outputs_and_missing_required_field(spark, warehouse):
-    dropped_dir = warehouse / "dropped" / "batch_id=B2"
-    rows = [row.asDict() for row in spark.read.parquet(str(dropped_dir)).collect()]
-    rows[0]["message_id"] = "m7"  # m11 renamed: m7 is now delivered and dropped
-    rows[1]["address"] = None
-    write_rows(spark, str(dropped_dir), rows, DROPPED_DDL)
-
-    result = run_gate(spark, str(warehouse), "B2")
-
-    assert failed(result) == {
-        ("messages", "expect_column_values_to_be_unique", "message_id"),
-        ("messages", "expect_column_values_to_not_be_null", "address"),
-    }
     unique = next(e for e in result.expectations if e.expectation == "expect_column_values_to_be_unique")
-    assert sorted(r["output"] for r in unique.sample_rows) == ["delivered", "dropped"]
+    assert sorted((r["output"], r["message_id"]) for r in unique.sample_rows) == [
+        ("delivered", "m7"), ("dropped", "m7")]
+    no_address = outcome(result, "messages", "address")
+    assert no_address.sample_rows == [{"output": "dropped", "source_file": "part-0.jsonl", "line_number": 7,
+                                       "address": None}]
 
 
 def test_uncommitted_batch_is_a_user_error(spark, warehouse):
@@ -161,3 +166,14 @@ def test_uncommitted_batch_is_a_user_error(spark, warehouse):
         run_gate(spark, str(warehouse), "B2")
     with pytest.raises(GateInputError, match="bad batch id"):
         run_gate(spark, str(warehouse), "../B1")
+
+
+def test_command_exit_codes_for_user_errors(spark, warehouse, capsys):
+    """main() is what spark_apps/gx_gate.py runs (in-process here: it reuses this SparkSession)."""
+    assert main(["--warehouse", str(warehouse), "--batch-id", "B9"]) == EXIT_USER_ERROR
+    assert capsys.readouterr().err.strip() == (
+        f"gx_gate: error: batch B9 is not committed in {warehouse} (no runs/B9.json)")
+    bad_config = warehouse / "bad.yaml"
+    bad_config.write_text("address_settings: {'#': {id_cache_size: -1}}\n")
+    assert main(["--warehouse", str(warehouse), "--batch-id", "B2", "--config", str(bad_config)]) == EXIT_USER_ERROR
+    assert "id_cache_size must be >= 0" in capsys.readouterr().err
