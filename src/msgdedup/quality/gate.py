@@ -22,7 +22,8 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
+from urllib.parse import unquote, urlparse
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
@@ -237,7 +238,7 @@ def _outcomes(suite: str, validation, page: str | None) -> list[ExpectationOutco
 
 def _local_url_to_path(url: str | None) -> str | None:
     if url and url.startswith("file://"):
-        return url[len("file://"):]
+        return unquote(urlparse(url).path)
     return url
 
 
