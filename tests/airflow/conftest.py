@@ -72,8 +72,9 @@ class LiveAirflow:
         raise AssertionError(f"run {run_id} did not finish in {timeout}s: {self.task_instances(run_id)}")
 
     def backfill(self, first, last, reprocess="failed", conf=None):
-        from msgdedup.orchestration.demo import backfill
+        from msgdedup.orchestration.demo import backfill, wait_backfills_done
 
+        wait_backfills_done(self.af)
         result = backfill(self.af, first, last, reprocess=reprocess, conf=conf)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         return result

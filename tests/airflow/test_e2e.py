@@ -1,0 +1,168 @@
+"""End to end through a real Airflow: REST API (JWT from /auth/token), backfill CLI, scheduler,
+LocalExecutor, spark-submit of the real engine and GX gate, publish, the Data quality plugin.
+
+Slow (Spark JVMs): ~9 spark-submits in all on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+T0, T1 = "2026-11-20T00", "2026-11-20T01"  # conftest.E2E_HOURS
+
+
+def test_hours_match_the_fixture(e2e_hours):
+    assert e2e_hours == (T0, T1)
+
+
+def _read(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def _get(url: str, headers: dict | None = None) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=30) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def _trigger(live, conf: dict) -> tuple[int, dict]:
+    return live.api("POST", "/api/v2/dags/message_dedup/dagRuns", {"logical_date": None, "conf": conf})
+
+
+@pytest.mark.parametrize("conf", [
+    {"partition": "2026-11-21T05; rm -rf /"},
+    {"partition": "../../etc"},
+    {"partition": "2026-11-20T00", "dry_run": "yes"},
+])
+def test_trigger_form_refuses_hostile_params(live_airflow, conf):
+    before = len(live_airflow.runs())
+    status, body = _trigger(live_airflow, conf)
+    assert status == 400, body
+    assert "Invalid input for param" in json.dumps(body)
+    assert len(live_airflow.runs()) == before, "no run was created"
+
+
+def test_backfill_processes_partitions_oldest_first_and_publishes(backfilled):
+    live, runs = backfilled
+    wh = live.warehouse
+    assert {b: r["state"] for b, r in runs.items()} == {T0: "success", T1: "success"}
+    assert all(r["run_type"] == "backfill" for r in runs.values())
+    # oldest first: T1 started after T0 had published
+    ti0, ti1 = live.task_instances(runs[T0]["dag_run_id"]), live.task_instances(runs[T1]["dag_run_id"])
+    assert ti1["resolve"]["start_date"] >= ti0["publish"]["end_date"]
+    assert all(ti["state"] == "success" for ti in [*ti0.values(), *ti1.values()])
+    # the same outputs the hourly runs produce: one committed batch per hour, chained
+    m0, m1 = _read(wh / "runs" / f"{T0}.json"), _read(wh / "runs" / f"{T1}.json")
+    assert m0["parent"] is None and m1["parent"]["batch_id"] == T0
+    assert m1["parent"]["snapshot_fingerprint"] == m0["snapshot_fingerprint"]
+    assert m0["input"]["path"].endswith("dt=2026-11-20/hour=00")
+    for batch, manifest in ((T0, m0), (T1, m1)):
+        counts = manifest["counts"]
+        assert counts["input_lines"] == counts["delivered"] + counts["dropped"] + counts["quarantined"]
+        assert counts["quarantined"] > 0 and counts["by_reason"]["duplicate"] > 0
+        gate = _read(wh / "quality" / batch / "result.json")
+        assert gate["success"] is True and gate["run_id"] == manifest["run_id"]
+        published = _read(wh / "published" / f"{batch}.json")
+        assert published["run_id"] == manifest["run_id"] and published["batch_id"] == batch
+        assert published["gate_result"] == str(wh / "quality" / batch / "result.json")
+    assert (wh / "quality" / "data_docs" / "index.html").is_file()
+    # the Asset event of each publish
+    status, events = live.api("GET", "/api/v2/assets/events?source_dag_id=message_dedup")
+    assert status == 200, events
+    extras = [e["extra"] for e in events["asset_events"]]
+    assert {e["batch_id"] for e in extras} == {T0, T1}
+    assert {e["uri"] for e in events["asset_events"]} == {f"file://{wh}/published"}
+
+
+def test_manual_dry_run_with_partition_param(backfilled):
+    live, _ = backfilled
+    published_before = (live.warehouse / "published" / f"{T0}.json").read_text()
+    status, run = _trigger(live, {"partition": T0, "dry_run": True})
+    assert status == 200, run
+    assert live.wait_run(run["dag_run_id"])["state"] == "success"
+    tis = live.task_instances(run["dag_run_id"])
+    assert tis["resolve"]["state"] == "success"
+    assert {tis[t]["state"] for t in ("wait_for_partition", "dedup", "quality_gate", "publish")} == {"skipped"}
+    assert (live.warehouse / "published" / f"{T0}.json").read_text() == published_before
+
+
+def test_reprocessing_an_older_partition(backfilled):
+    """Changed input of T0: refused without invalidate_later; with it T1 goes stale; re-run T1."""
+    live, runs = backfilled
+    wh = live.warehouse
+    old0, old1 = _read(wh / "runs" / f"{T0}.json"), _read(wh / "runs" / f"{T1}.json")
+    late = {"message_id": "late-arrival-1", "address": "orders.eu", "received_at": "2026-11-20T00:59:59Z",
+            "properties": {"_AMQ_DUPL_ID": "late-producer:1"}, "body": "a line the exporter missed"}
+    part = next((live.raw / "dt=2026-11-20" / "hour=00").glob("*.jsonl"))
+    with part.open("a") as fh:
+        fh.write(json.dumps(late) + "\n")
+
+    # 1. a manual run of the older partition is refused by the engine (exit 2), without retries
+    status, run = _trigger(live, {"partition": T0})
+    assert status == 200, run
+    assert live.wait_run(run["dag_run_id"])["state"] == "failed"
+    dedup = live.task_instances(run["dag_run_id"])["dedup"]
+    assert dedup["state"] == "failed" and dedup["try_number"] == 1
+    log = live.task_log(run["dag_run_id"], "dedup", 1)
+    assert "exited with 2" in log and "invalidate-later" in log and "invalidate_later=true" in log
+    assert _read(wh / "runs" / f"{T0}.json")["run_id"] == old0["run_id"], "nothing was committed"
+
+    # 2. reprocess T0 with invalidate_later: T1 becomes stale and is no longer published
+    live.backfill(T0, T0, reprocess="completed", conf={"invalidate_later": True})
+    time.sleep(5)
+    assert live.wait_run(runs[T0]["dag_run_id"])["state"] == "success"
+    new0 = _read(wh / "runs" / f"{T0}.json")
+    assert new0["run_id"] != old0["run_id"] and new0["invalidated"] == [T1]
+    assert (wh / "runs" / f"{T1}.stale.json").exists() and not (wh / "runs" / f"{T1}.json").exists()
+    assert not (wh / "published" / f"{T1}.json").exists()
+    assert _read(wh / "published" / f"{T0}.json")["run_id"] == new0["run_id"]
+    status, report = _get(f"{live.af.base_url}/data-quality/api/batches",
+                          {"Authorization": f"Bearer {live.token}"})
+    assert status == 200 and {b["batch_id"]: b["stale"] for b in json.loads(report)}[T1] is True
+
+    # 3. the later partition re-runs in order (documented: backfill --reprocess-behavior completed)
+    live.backfill(T1, T1, reprocess="completed")
+    time.sleep(5)
+    assert live.wait_run(runs[T1]["dag_run_id"])["state"] == "success"
+    new1 = _read(wh / "runs" / f"{T1}.json")
+    assert not (wh / "runs" / f"{T1}.stale.json").exists()
+    assert new1["run_id"] != old1["run_id"]
+    assert new1["parent"] == {"batch_id": T0, "snapshot_fingerprint": new0["snapshot_fingerprint"]}
+    assert _read(wh / "published" / f"{T1}.json")["run_id"] == new1["run_id"]
+    assert _read(wh / "quality" / T1 / "result.json")["run_id"] == new1["run_id"]
+
+
+def test_data_quality_plugin_requires_airflow_login(backfilled):
+    live, _ = backfilled
+    base = f"{live.af.base_url}/data-quality"
+    for headers in ({}, {"Authorization": "Bearer not-a-jwt"},
+                    {"Authorization": "Bearer " + live.token[:-4] + "AAAA"},
+                    {"Cookie": "_token=forged"}):
+        for path in ("/", f"/batches/{T0}", f"/api/batches/{T0}", "/data-docs/index.html"):
+            status, _ = _get(base + path, headers)
+            assert status == 401, (path, headers, status)
+    auth = {"Authorization": f"Bearer {live.token}"}
+    status, page = _get(f"{base}/batches/{T0}", auth)
+    assert status == 200 and "Dedup report" in page and "orders.eu" in page
+    status, page = _get(f"{base}/", {"Cookie": f"_token={live.token}"})  # the UI's cookie works too
+    assert status == 200 and T0 in page
+    status, body = _get(f"{base}/api/batches/{T0}", auth)
+    report = json.loads(body)
+    assert min(report["counts"]["quarantined"], 50) == len(report["quarantine"]) > 0
+    assert all(q["error"] for q in report["quarantine"])
+    assert report["gate"]["status"] == "passed"
+    status, _ = _get(f"{base}/data-docs/index.html", auth)
+    assert status == 200
+    status, _ = _get(f"{base}/data-docs/..%2F..%2Fruns%2F{T0}.json", auth)
+    assert status == 404
+    status, _ = _get(f"{base}/batches/..%2F..%2Fetc", auth)
+    assert status == 404
