@@ -20,6 +20,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse
@@ -89,6 +90,11 @@ code{font-size:.85rem;word-break:break-all} h1{font-size:1.4rem} h2{font-size:1.
 
 def _e(value: Any) -> str:
     return html.escape("" if value is None else str(value))
+
+
+def _u(path: str) -> str:
+    """A relative path as an escaped URL (quoted: Data Docs file names may hold ':' or '%')."""
+    return html.escape(quote(path, safe="/"))
 
 
 def _page(title: str, body: str) -> HTMLResponse:
@@ -161,12 +167,12 @@ def render_batch(r: dict[str, Any]) -> HTMLResponse:
     if gate is None:
         parts.append("<p>The gate has not run for this batch.</p>")
     else:
-        docs = f" — <a href='../data-docs/{_e(gate['data_docs'])}'>Data Docs</a>" if gate["data_docs"] else ""
+        docs = f" — <a href='../data-docs/{_u(gate['data_docs'])}'>Data Docs</a>" if gate["data_docs"] else ""
         parts.append(f"<p>Result: {_status(gate['status'])} (checked {_e(gate['checked_at'])}, run "
                      f"<code>{_e(gate['run_id'])}</code>){docs}</p>")
         parts.append(_table(["suite", "expectation", "column", "result", "observed"], [
             [_e(x["suite"]),
-             (f"<a href='../data-docs/{_e(x['data_docs'])}'>{_e(x['expectation'])}</a>" if x["data_docs"]
+             (f"<a href='../data-docs/{_u(x['data_docs'])}'>{_e(x['expectation'])}</a>" if x["data_docs"]
               else _e(x["expectation"])),
              _e(x["column"]), _status("passed" if x["success"] else "failed"), f"<code>{_e(x['observed'])}</code>"]
             for x in gate["expectations"]
