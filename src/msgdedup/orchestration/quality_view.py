@@ -18,6 +18,7 @@ Routes (relative to the mount point ``/data-quality``):
 from __future__ import annotations
 
 import html
+import json
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -174,7 +175,7 @@ def render_batch(r: dict[str, Any]) -> HTMLResponse:
             [_e(x["suite"]),
              (f"<a href='../data-docs/{_u(x['data_docs'])}'>{_e(x['expectation'])}</a>" if x["data_docs"]
               else _e(x["expectation"])),
-             _e(x["column"]), _status("passed" if x["success"] else "failed"), f"<code>{_e(x['observed'])}</code>"]
+             _e(x["column"]), _status("passed" if x["success"] else "failed"), f"<code>{_e(json.dumps(x['observed'], sort_keys=True))}</code>"]
             for x in gate["expectations"]
         ]))
     parts.append(f"<h2>Quarantined lines (first {_e(r['quarantine_limit'])})</h2>")
