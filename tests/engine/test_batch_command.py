@@ -4,6 +4,7 @@ safety: killed at each step of a run, a re-run leaves exactly the outputs of one
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -102,16 +103,23 @@ def clean_run(spark, tmp_path_factory):
     settings = parse_settings({"address_settings": {"#": {"id_cache_size": 3}}})
     cfg = root / "cfg.yaml"
     cfg.write_text('address_settings:\n  "#": {id_cache_size: 3}\n')
-    for batch_id, raw in ((H5, "r5"), (H6, "r6")):
-        run_batch(spark, str(root / raw), str(root / "clean"), batch_id, settings)
+    run_batch(spark, str(root / "r5"), str(root / "after_h5"), H5, settings)
+    shutil.copytree(root / "after_h5", root / "clean")
+    run_batch(spark, str(root / "r6"), str(root / "clean"), H6, settings)
     return root, settings, cfg, {b: outcome_view(root / "clean", b) for b in (H5, H6)}
+
+
+def _warehouse_with_h5(clean_run, tmp_path):
+    """A copy of the warehouse as it stands after a clean run of H5 (cheaper than re-running it)."""
+    root = clean_run[0]
+    shutil.copytree(root / "after_h5", tmp_path / "wh")
+    return tmp_path / "wh"
 
 
 @pytest.mark.parametrize("point", FAILPOINTS)
 def test_crash_at_any_step_then_rerun_gives_one_clean_run(spark, clean_run, tmp_path, point):
     root, settings, cfg, expected = clean_run
-    wh = tmp_path / "wh"
-    run_batch(spark, str(root / "r5"), str(wh), H5, settings)
+    wh = _warehouse_with_h5(clean_run, tmp_path)
     code, _, err = run_command("--input", str(root / "r6"), "--warehouse", str(wh), "--batch-id", H6,
                                "--config", str(cfg), env={FAILPOINT_ENV: point})
     assert code == FAILPOINT_EXIT_CODE, err
@@ -129,9 +137,8 @@ def test_crash_at_any_step_then_rerun_gives_one_clean_run(spark, clean_run, tmp_
 def test_crash_while_rerunning_a_committed_batch(spark, clean_run, tmp_path):
     """A re-run killed mid-publish must not leave a mix of old and new files behind."""
     root, settings, cfg, expected = clean_run
+    shutil.copytree(root / "clean", tmp_path / "wh")
     wh = tmp_path / "wh"
-    for batch_id, raw in ((H5, "r5"), (H6, "r6")):
-        run_batch(spark, str(root / raw), str(wh), batch_id, settings)
     code, _, err = run_command("--input", str(root / "r6"), "--warehouse", str(wh), "--batch-id", H6,
                                "--config", str(cfg), env={FAILPOINT_ENV: "mid_publish"})
     assert code == FAILPOINT_EXIT_CODE, err
@@ -143,8 +150,7 @@ def test_crash_while_rerunning_a_committed_batch(spark, clean_run, tmp_path):
 def test_sigkill_during_writing(spark, clean_run, tmp_path):
     """A real SIGKILL of the whole spark-submit process tree while outputs are being staged."""
     root, settings, cfg, expected = clean_run
-    wh = tmp_path / "wh"
-    run_batch(spark, str(root / "r5"), str(wh), H5, settings)
+    wh = _warehouse_with_h5(clean_run, tmp_path)
     process = batch_command("--input", str(root / "r6"), "--warehouse", str(wh), "--batch-id", H6,
                             "--config", str(cfg))
     deadline = time.monotonic() + 240

@@ -109,8 +109,7 @@ def run_batch(spark: SparkSession, input_path: str, warehouse_root: str, batch_i
 
     # 4. check the books and build the manifest
     counts = _counts(parsed, judged, written["quarantine"])
-    caches = _caches(transforms.counters(decisions), written["id_cache"])
-    fingerprint = manifests.snapshot_fingerprint(written["id_cache"], caches)
+    caches, fingerprint = _cache_state(transforms.cache_state(decisions))
     invalidate = _check_history(warehouse, batch_id, fingerprint, invalidate_later, run_id)
     fs.delete(f"{staging}/_work")
     timer.lap("check")
@@ -166,13 +165,16 @@ def _counts(parsed: DataFrame, judged: DataFrame, quarantined: DataFrame) -> dic
     }
 
 
-def _caches(counters: DataFrame, entries: DataFrame) -> dict[str, dict]:
-    sizes = {r["cache"]: r["count"] for r in entries.groupBy("cache").count().collect()}
-    return {
+def _cache_state(state: DataFrame) -> tuple[dict[str, dict], str]:
+    """(cache -> counter, size and fill, snapshot digest): one row per cache, so small."""
+    rows = state.collect()
+    caches = {
         r["cache"]: {"address": r["address"], "id_cache_size": r["id_cache_size"],
-                     "entries": sizes.get(r["cache"], 0), "last_seq": r["last_seq"]}
-        for r in sorted(counters.collect(), key=lambda r: r["cache"])
+                     "entries": r["entries"], "last_seq": r["last_seq"]}
+        for r in sorted(rows, key=lambda r: r["cache"] or "") if r["record_type"] == kernel.COUNTER
     }
+    (digest,) = [r["digest"] for r in rows if r["record_type"] == kernel.DIGEST]
+    return caches, digest
 
 
 def _check_history(warehouse: Warehouse, batch_id: str, fingerprint: str,

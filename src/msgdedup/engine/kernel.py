@@ -13,6 +13,7 @@ in O(1) per message (the reference model scans a deque; the two are checked agai
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterable, Iterator
@@ -32,6 +33,7 @@ TRANSACTION_REJECTED = "transaction_rejected"
 VERDICT = "verdict"
 ENTRY = "entry"
 COUNTER = "counter"
+DIGEST = "digest"
 
 OUTPUT_SCHEMA = pa.schema([
     ("record_type", pa.string()),
@@ -46,13 +48,15 @@ OUTPUT_SCHEMA = pa.schema([
     ("address", pa.string()),
     ("accepted_batch_id", pa.string()),
     ("id_cache_size", pa.int64()),
+    ("entries", pa.int64()),
+    ("digest", pa.string()),
 ])
 
 # The Spark DDL of OUTPUT_SCHEMA, for mapInArrow.
 OUTPUT_DDL = (
     "record_type string, row_id long, outcome string, reason string, duplicate_of string, "
     "cache string, dedup_key string, cache_seq long, message_id string, address string, "
-    "accepted_batch_id string, id_cache_size long"
+    "accepted_batch_id string, id_cache_size long, entries long, digest string"
 )
 
 _FLUSH_ROWS = 8192
@@ -192,13 +196,23 @@ class Decider:
 
     # -- the snapshot ---------------------------------------------------------------------------
     def _emit_state(self) -> None:
-        for name, cache in self.caches.items():
+        """The snapshot: every cache's entries, its counter and fill, and a digest of it all.
+
+        The digest covers what a later batch inherits (entries and counters, caches in name
+        order), so two runs leave the same state iff their digests match.
+        """
+        digest = hashlib.sha256()
+        for name in sorted(self.caches):
+            cache = self.caches[name]
             self.out.add(record_type=COUNTER, cache=name, cache_seq=cache.last_seq,
-                         address=cache.address, id_cache_size=cache.size)
+                         address=cache.address, id_cache_size=cache.size, entries=len(cache.entries))
+            digest.update(f"{name}\0{cache.last_seq}\n".encode())
             for key, entry in cache.entries.items():
                 self.out.add(record_type=ENTRY, cache=name, dedup_key=key, cache_seq=entry.seq,
                              message_id=entry.message_id, address=cache.address,
                              accepted_batch_id=entry.batch_id)
+                digest.update(f"{key}\0{entry.seq}\0{entry.message_id}\n".encode())
+        self.out.add(record_type=DIGEST, digest=digest.hexdigest())
 
 
 def decide(batches: Iterable[pa.RecordBatch], settings: AddressSettings, batch_id: str,

@@ -230,8 +230,10 @@ def snapshot(decisions: DataFrame) -> DataFrame:
     )
 
 
-def counters(decisions: DataFrame) -> DataFrame:
+def cache_state(decisions: DataFrame) -> DataFrame:
+    """Per cache: counter, size and fill; plus one row carrying the snapshot digest."""
     return (
-        decisions.filter(F.col("record_type") == kernel.COUNTER)
-        .select("cache", "address", F.col("cache_seq").alias("last_seq"), "id_cache_size")
+        decisions.filter(F.col("record_type").isin(kernel.COUNTER, kernel.DIGEST))
+        .select("record_type", "cache", "address", F.col("cache_seq").alias("last_seq"),
+                "id_cache_size", "entries", "digest")
     )
