@@ -132,18 +132,22 @@ class AddressSettings:
         return (AddressSettings, (dict(self.entries),))
 
 
+def _reject_unknown_keys(mapping: dict, allowed: set[str], where: str) -> None:
+    unknown = set(mapping) - allowed
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key(s) {', '.join(sorted(map(str, unknown)))}; "
+            f"allowed: {', '.join(sorted(allowed))}"
+        )
+
+
 def parse_settings(document: Any, source: str = "config") -> AddressSettings:
     """Validate a parsed YAML/JSON document and build the settings."""
     if document is None:
         return AddressSettings()
     if not isinstance(document, dict):
         raise ConfigError(f"{source}: the top level must be a mapping with 'address_settings'")
-    unknown = set(document) - TOP_LEVEL_KEYS
-    if unknown:
-        raise ConfigError(
-            f"{source}: unknown key(s) {', '.join(sorted(map(str, unknown)))}; "
-            f"allowed: {', '.join(sorted(TOP_LEVEL_KEYS))}"
-        )
+    _reject_unknown_keys(document, TOP_LEVEL_KEYS, source)
     raw_entries = document.get("address_settings") or {}
     if not isinstance(raw_entries, dict):
         raise ConfigError(f"{source}: address_settings must be a mapping of match -> settings")
@@ -153,12 +157,7 @@ def parse_settings(document: Any, source: str = "config") -> AddressSettings:
         where = f"{source}: address_settings[{pattern!r}]"
         if not isinstance(body, dict):
             raise ConfigError(f"{where} must be a mapping like {{id_cache_size: 20000}}")
-        unknown = set(body) - ENTRY_KEYS
-        if unknown:
-            raise ConfigError(
-                f"{where}: unknown key(s) {', '.join(sorted(map(str, unknown)))}; "
-                f"allowed: {', '.join(sorted(ENTRY_KEYS))}"
-            )
+        _reject_unknown_keys(body, ENTRY_KEYS, where)
         size = body.get("id_cache_size", DEFAULT_ID_CACHE_SIZE)
         if isinstance(size, bool) or not isinstance(size, int):
             raise ConfigError(f"{where}: id_cache_size must be a whole number, got {size!r}")
