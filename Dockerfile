@@ -13,9 +13,11 @@ RUN apt-get update \
 ARG UV_VERSION=0.13.8
 RUN pip install --no-cache-dir "uv==${UV_VERSION}"
 
+# The service user. The named volumes' mount points exist with its ownership, so Docker
+# initialises new volumes writable by it.
 ARG APP_UID=50000
 RUN useradd --create-home --uid "${APP_UID}" --gid 0 msgdedup \
- && mkdir -p /opt/msgdedup /opt/airflow /data \
+ && mkdir -p /opt/msgdedup /opt/airflow/auth /opt/airflow/logs /data \
  && chown -R msgdedup:0 /opt/msgdedup /opt/airflow /data
 
 WORKDIR /opt/msgdedup
