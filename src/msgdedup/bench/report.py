@@ -60,8 +60,25 @@ def versions() -> dict[str, str | None]:
         "airflow": v("apache-airflow"),
         "great_expectations": v("great-expectations"),
         "msgdedup": v("msgdedup"),
-        "java": os.environ.get("JAVA_VERSION"),
+        "java": java_version(),
     }
+
+
+def java_version() -> str | None:
+    """First line of ``java -version`` (the JVM spark-submit will use: JAVA_HOME, else PATH)."""
+    import shutil
+    import subprocess
+
+    home = os.environ.get("JAVA_HOME")
+    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    if not java:
+        return None
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = (out.stderr or out.stdout).strip().splitlines()
+    return lines[0] if lines else None
 
 
 # ------------------------------------------------------------------ targets
@@ -120,7 +137,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"{m['cores']} cores, {m['memory_bytes'] / 2**30:.1f} GiB, {m['cpu_model']}; load average at "
         f"start {', '.join(f'{x:.1f}' for x in m['load_average_at_start'])}.",
         f"Spark {v['spark']}, Python {v['python']}, Airflow {v['airflow']}, "
-        f"Great Expectations {v['great_expectations']}.",
+        f"Great Expectations {v['great_expectations']}, Java: {v.get('java') or 'unknown'}.",
         "",
         "| scenario | contender | wall s | msg/s | peak RSS MiB | × copy | note |",
         "|---|---|---:|---:|---:|---:|---|",
