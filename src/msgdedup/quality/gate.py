@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import shutil
 import sys
@@ -257,6 +258,9 @@ def run_gate(
     batch = read_batch(spark, warehouse, batch_id)
     quality_dir = (settings.quality_dir or f"{warehouse}/quality").rstrip("/")
     local_quality = hadoop_io.local_directory(quality_dir)
+    if local_quality is not None:
+        # GX resolves relative store paths against the project directory, not the cwd.
+        local_quality = quality_dir = os.path.abspath(local_quality)
     scratch = None if local_quality is not None else tempfile.mkdtemp(prefix="msgdedup-gx-")
     gx_dir = local_quality if local_quality is not None else scratch
 
