@@ -62,7 +62,7 @@ OUTPUT_DDL = (
 _FLUSH_ROWS = 8192
 
 
-@dataclass
+@dataclass(slots=True)
 class Entry:
     seq: int
     message_id: str
@@ -96,27 +96,33 @@ class IdCache:
             self.entries.popitem(last=False)
 
 
-class _Output:
-    """Column buffers flushed as Arrow record batches."""
+def _record_batch(record_type: str, columns: tuple[str, ...], rows: list[tuple]) -> pa.RecordBatch:
+    """Rows of one record type (tuples in ``columns`` order) as a batch of OUTPUT_SCHEMA."""
+    n = len(rows)
+    values = dict(zip(columns, zip(*rows))) if rows else {}
+    arrays = []
+    for field in OUTPUT_SCHEMA:
+        if field.name == "record_type":
+            arrays.append(pa.array([record_type] * n, field.type))
+        elif field.name in values:
+            arrays.append(pa.array(values[field.name], field.type))
+        else:
+            arrays.append(pa.nulls(n, field.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=OUTPUT_SCHEMA)
 
-    def __init__(self) -> None:
-        self.columns = {name: [] for name in OUTPUT_SCHEMA.names}
-        self.rows = 0
 
-    def add(self, **values) -> None:
-        for name, column in self.columns.items():
-            column.append(values.get(name))
-        self.rows += 1
-
-    def flush(self, force: bool = False) -> Iterator[pa.RecordBatch]:
-        if self.rows and (force or self.rows >= _FLUSH_ROWS):
-            yield pa.RecordBatch.from_pydict(self.columns, schema=OUTPUT_SCHEMA)
-            self.columns = {name: [] for name in OUTPUT_SCHEMA.names}
-            self.rows = 0
+VERDICT_COLUMNS = ("row_id", "outcome", "reason", "duplicate_of", "cache", "cache_seq")
+ENTRY_COLUMNS = ("cache", "dedup_key", "cache_seq", "message_id", "address", "accepted_batch_id")
+COUNTER_COLUMNS = ("cache", "cache_seq", "address", "id_cache_size", "entries")
 
 
 class Decider:
-    """Walks the sorted stream; see the module docstring."""
+    """Walks the sorted stream; see the module docstring.
+
+    This loop runs once per message in a single task, so it is written for speed: rows are plain
+    tuples, a message outside a transaction is decided without building a unit, and verdicts are
+    buffered as tuples and turned into Arrow columns once per flush.
+    """
 
     def __init__(self, settings: AddressSettings, batch_id: str, counters: dict[str, dict]) -> None:
         self.settings = settings
@@ -124,8 +130,9 @@ class Decider:
         self.caches: dict[str, IdCache] = {}
         for name, info in counters.items():
             self._cache(name, info["address"], info["last_seq"])
-        self.out = _Output()
-        self.unit: list[dict] = []
+        self.verdicts: list[tuple] = []
+        # the open transaction: (row_id, message_id, txn_id, address, cache, key) tuples
+        self.unit: list[tuple] = []
 
     def _cache(self, name: str, address: str, last_seq: int = 0) -> IdCache:
         cache = self.caches.get(name)
@@ -137,82 +144,102 @@ class Decider:
     # -- the stream ---------------------------------------------------------------------------
     def run(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            columns = batch.to_pydict()
-            for i, phase in enumerate(columns["phase"]):
+            c = batch.to_pydict()
+            rows = zip(c["phase"], c["row_id"], c["message_id"], c["txn_id"], c["address"],
+                       c["cache"], c["dedup_key"], c["cache_seq"], c["accepted_batch_id"])
+            for phase, row_id, message_id, txn_id, address, cache, key, seq, accepted in rows:
                 if phase == SNAPSHOT_PHASE:
-                    self._cache(columns["cache"][i], columns["address"][i]).restore(
-                        columns["dedup_key"][i],
-                        Entry(columns["cache_seq"][i], columns["message_id"][i], columns["accepted_batch_id"][i]),
-                    )
-                    continue
-                row = {name: columns[name][i] for name in ("row_id", "message_id", "txn_id", "address", "cache", "dedup_key")}
-                if self.unit and (row["txn_id"] is None or row["txn_id"] != self.unit[-1]["txn_id"]):
-                    self._decide_unit()
-                self.unit.append(row)
-                if row["txn_id"] is None:
-                    self._decide_unit()
-            yield from self.out.flush()
+                    self._cache(cache, address).restore(key, Entry(seq, message_id, accepted))
+                elif txn_id is None:
+                    if self.unit:
+                        self._decide_transaction()
+                    self._decide_single(row_id, message_id, address, cache, key)
+                else:
+                    if self.unit and self.unit[-1][2] != txn_id:
+                        self._decide_transaction()
+                    self.unit.append((row_id, message_id, txn_id, address, cache, key))
+            if len(self.verdicts) >= _FLUSH_ROWS:
+                yield self._flush_verdicts()
         if self.unit:
-            self._decide_unit()
-        self._emit_state()
-        yield from self.out.flush(force=True)
+            self._decide_transaction()
+        if self.verdicts:
+            yield self._flush_verdicts()
+        yield from self._state_batches()
+
+    def _flush_verdicts(self) -> pa.RecordBatch:
+        batch = _record_batch(VERDICT, VERDICT_COLUMNS, self.verdicts)
+        self.verdicts = []
+        return batch
 
     # -- one unit (spec §4) ---------------------------------------------------------------------
-    def _decide_unit(self) -> None:
+    def _decide_single(self, row_id, message_id, address, cache_name, key) -> None:
+        if cache_name is None:
+            self.verdicts.append((row_id, DELIVERED, None, None, None, None))
+            return
+        cache = self.caches.get(cache_name) or self._cache(cache_name, address)
+        hit = cache.entries.get(key)
+        if hit is not None:
+            self.verdicts.append((row_id, DROPPED, DUPLICATE, hit.message_id, cache_name, None))
+        else:
+            self.verdicts.append((row_id, DELIVERED, None, None, cache_name,
+                                  cache.accept(key, message_id, self.batch_id)))
+
+    def _decide_transaction(self) -> None:
         unit, self.unit = self.unit, []
         verdicts: list[tuple[str, str | None]] = []  # (reason or DELIVERED, duplicate_of)
         first_copy: dict[tuple[str, str], str] = {}
         cause = None
-        for row in unit:
-            cache_name = row["cache"]
+        for _, message_id, _, address, cache_name, key in unit:
             if cache_name is None:
                 verdicts.append((DELIVERED, None))
                 continue
-            hit = self._cache(cache_name, row["address"]).entries.get(row["dedup_key"])
+            hit = self._cache(cache_name, address).entries.get(key)
             if hit is not None:
                 verdicts.append((DUPLICATE, hit.message_id))
-                cause = cause or row["message_id"]
+                cause = cause or message_id
                 continue
-            ident = (cache_name, row["dedup_key"])
-            if ident in first_copy:
+            if (cache_name, key) in first_copy:
                 # Same key twice in one transaction: the later copy is a duplicate (deviation).
-                verdicts.append((DUPLICATE, first_copy[ident]))
+                verdicts.append((DUPLICATE, first_copy[(cache_name, key)]))
             else:
-                first_copy[ident] = row["message_id"]
+                first_copy[(cache_name, key)] = message_id
                 verdicts.append((DELIVERED, None))
 
-        for row, (verdict, duplicate_of) in zip(unit, verdicts):
+        for (row_id, message_id, _, _, cache_name, key), (verdict, duplicate_of) in zip(unit, verdicts):
             if verdict == DELIVERED and cause is not None:
                 verdict, duplicate_of = TRANSACTION_REJECTED, cause
             if verdict != DELIVERED:
-                self.out.add(record_type=VERDICT, row_id=row["row_id"], outcome=DROPPED,
-                             reason=verdict, duplicate_of=duplicate_of, cache=row["cache"])
+                self.verdicts.append((row_id, DROPPED, verdict, duplicate_of, cache_name, None))
                 continue
             seq = None
-            if row["cache"] is not None:
-                seq = self.caches[row["cache"]].accept(row["dedup_key"], row["message_id"], self.batch_id)
-            self.out.add(record_type=VERDICT, row_id=row["row_id"], outcome=DELIVERED,
-                         cache=row["cache"], cache_seq=seq)
+            if cache_name is not None:
+                seq = self.caches[cache_name].accept(key, message_id, self.batch_id)
+            self.verdicts.append((row_id, DELIVERED, None, None, cache_name, seq))
 
     # -- the snapshot ---------------------------------------------------------------------------
-    def _emit_state(self) -> None:
+    def _state_batches(self) -> Iterator[pa.RecordBatch]:
         """The snapshot: every cache's entries, its counter and fill, and a digest of it all.
 
         The digest covers what a later batch inherits (entries and counters, caches in name
         order), so two runs leave the same state iff their digests match.
         """
         digest = hashlib.sha256()
+        counters, entries = [], []
         for name in sorted(self.caches):
             cache = self.caches[name]
-            self.out.add(record_type=COUNTER, cache=name, cache_seq=cache.last_seq,
-                         address=cache.address, id_cache_size=cache.size, entries=len(cache.entries))
+            counters.append((name, cache.last_seq, cache.address, cache.size, len(cache.entries)))
             digest.update(f"{name}\0{cache.last_seq}\n".encode())
             for key, entry in cache.entries.items():
-                self.out.add(record_type=ENTRY, cache=name, dedup_key=key, cache_seq=entry.seq,
-                             message_id=entry.message_id, address=cache.address,
-                             accepted_batch_id=entry.batch_id)
+                entries.append((name, key, entry.seq, entry.message_id, cache.address, entry.batch_id))
                 digest.update(f"{key}\0{entry.seq}\0{entry.message_id}\n".encode())
-        self.out.add(record_type=DIGEST, digest=digest.hexdigest())
+                if len(entries) >= _FLUSH_ROWS:
+                    yield _record_batch(ENTRY, ENTRY_COLUMNS, entries)
+                    entries = []
+        if entries:
+            yield _record_batch(ENTRY, ENTRY_COLUMNS, entries)
+        if counters:
+            yield _record_batch(COUNTER, COUNTER_COLUMNS, counters)
+        yield _record_batch(DIGEST, ("digest",), [(digest.hexdigest(),)])
 
 
 def decide(batches: Iterable[pa.RecordBatch], settings: AddressSettings, batch_id: str,
