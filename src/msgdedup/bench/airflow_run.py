@@ -23,9 +23,54 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from msgdedup.bench.measure import PeakSampler, tree_rss
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor")
+SPARK_MARKERS = ("spark-submit", "org.apache.spark.deploy.SparkSubmit")
+
+
+def spark_pids(roots: list[int]) -> set[int]:
+    """Processes under ``roots`` that are a spark-submit (its launcher script or its JVM)."""
+    found: set[int] = set()
+    for pid in roots:
+        try:
+            procs = psutil.Process(pid).children(recursive=True)
+        except psutil.Error:
+            continue
+        for proc in procs:
+            try:
+                cmd = " ".join(proc.cmdline())
+            except psutil.Error:
+                continue
+            if any(m in cmd for m in SPARK_MARKERS):
+                found.add(proc.pid)
+    return found
+
+
+class SparkTimeSampler(PeakSampler):
+    """Peak RSS, plus for how long any spark-submit was running under the roots.
+
+    This is "the Spark apps' own time" inside the DAG run, measured in the same run (sampling
+    granularity: ``interval``), so the Airflow overhead does not depend on a second, separately
+    timed run of the apps on a machine whose load may have changed in between.
+    """
+
+    def __init__(self, roots, interval: float = 0.25) -> None:
+        super().__init__(roots, interval)
+        self.spark_s = 0.0
+        self.spark_apps: set[int] = set()
+        self._last: tuple[float, bool] | None = None
+
+    def sample(self) -> None:
+        super().sample()
+        now = time.perf_counter()
+        pids = spark_pids(list(self.roots()))
+        if self._last is not None and self._last[1]:
+            self.spark_s += now - self._last[0]
+        self._last = (now, bool(pids))
+        self.spark_apps |= pids
 
 
 def _seconds(start: str | None, end: str | None) -> float | None:
@@ -59,6 +104,7 @@ class DagRunResult:
     peak_rss_bytes: int = 0
     baseline_rss_bytes: int = 0
     startup_s: float | None = None         # configure + migrate + start + DAG parsed (not in wall_s)
+    spark_in_dag_s: float | None = None    # time during which a spark-submit ran inside the DAG run
     tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
     error: str | None = None
 
@@ -98,7 +144,7 @@ def run_dag_once(batch_dir: Path, work: Path, batch_id: str, *, master: str = "l
         roots = lambda: [p for p in af.running().values() if p]  # noqa: E731
         time.sleep(2)
         result.baseline_rss_bytes = tree_rss(roots())
-        with PeakSampler(roots, 0.25) as sampler:
+        with SparkTimeSampler(roots, 0.25) as sampler:
             start = time.perf_counter()
             status, run = af.api("POST", f"/api/v2/dags/{settings.DAG_ID}/dagRuns",
                                  {"logical_date": None, "conf": {"partition": batch_id}}, token=token)
@@ -118,6 +164,7 @@ def run_dag_once(batch_dir: Path, work: Path, batch_id: str, *, master: str = "l
                 time.sleep(poll)
             result.wall_s = round(time.perf_counter() - start, 3)
         result.peak_rss_bytes = sampler.peak
+        result.spark_in_dag_s = round(sampler.spark_s, 3)
         result.state = run["state"]
         result.run_s = _seconds(run.get("start_date"), run.get("end_date"))
         status, body = af.api("GET", f"/api/v2/dags/{settings.DAG_ID}/dagRuns/{run_id}/taskInstances",
