@@ -208,6 +208,7 @@ def plot(results: dict[str, Any], path: Path) -> Path | None:
         left.plot(xs, [p.get("wall_s") for p in per], marker="o", label="wall (spark-submit)")
         left.plot(xs, [p.get("engine_s") for p in per], marker=".", label="engine (manifest total_s)")
         left.set_ylim(bottom=0)
+        left.xaxis.get_major_locator().set_params(integer=True)
         left.legend()
     left.set_title(f"ours: per-batch time over {len(per)} batches")
     left.set_xlabel("batch")
