@@ -58,7 +58,8 @@ class Scale:
 SCALES = {
     # ~15 minutes on a quiet 2-core machine: three 1M scenarios, 24 small batches, one DAG run.
     "small": Scale(sizes=(1_000_000,), history_batches=24, history_messages=20_000),
-    # 10M messages need more driver memory in local mode (driver and executors share one JVM).
+    # More heap for every contender at 10M (local mode: driver and executors share one JVM), so that
+    # none fails for want of memory -- the streaming peer keeps all its dedup state on the heap.
     "large": Scale(sizes=(1_000_000, 10_000_000), history_batches=24, history_messages=200_000,
                    spark_args=("--driver-memory", "6g")),
     # a smoke run (a couple of minutes on a loaded machine): every code path, no meaningful numbers
