@@ -111,6 +111,15 @@ def test_unknown_fields_are_carried(spark, tmp_path):
     assert dict(row["extra_fields"]) == {"x_custom": '{"a":[1,2]}', "tenant": '"t-1"'}
 
 
+def test_empty_first_batch_commits(spark, tmp_path):
+    (tmp_path / "raw").mkdir()
+    write_batch(tmp_path / "raw", {"empty.jsonl": []})
+    run_batch(spark, str(tmp_path / "raw"), str(tmp_path / "wh"), BATCH)
+    _assert_accounting(tmp_path / "wh", BATCH, 0)
+    assert manifest(tmp_path / "wh", BATCH)["caches"] == {}
+    assert read_output(tmp_path / "wh", "id_cache", BATCH) == []
+
+
 def test_empty_batch_commits_and_carries_the_cache(spark, tmp_path):
     write_batch(tmp_path / "raw1", {"a.jsonl": [message("m1", key="k")]})
     run_batch(spark, str(tmp_path / "raw1"), str(tmp_path / "wh"), "2026-11-21T05")

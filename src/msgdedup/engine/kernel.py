@@ -24,6 +24,7 @@ from msgdedup.config import AddressSettings
 
 SNAPSHOT_PHASE = 0
 MESSAGE_PHASE = 1
+END_PHASE = 2  # one marker row closes every stream, so the state is emitted even for no messages
 
 DELIVERED = "delivered"
 DROPPED = "dropped"
@@ -150,6 +151,8 @@ class Decider:
             for phase, row_id, message_id, txn_id, address, cache, key, seq, accepted in rows:
                 if phase == SNAPSHOT_PHASE:
                     self._cache(cache, address).restore(key, Entry(seq, message_id, accepted))
+                elif phase == END_PHASE:
+                    continue
                 elif txn_id is None:
                     if self.unit:
                         self._decide_transaction()

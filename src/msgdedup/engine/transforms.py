@@ -172,7 +172,16 @@ def decision_stream(units: DataFrame, parent_snapshot: DataFrame | None) -> Data
         F.lit(None).cast("long").alias("cache_seq"),
         F.lit(None).cast("string").alias("accepted_batch_id"),
     )
-    stream = messages
+    # Spark runs no task for an empty partition: the end marker makes sure the kernel always runs.
+    end = units.sparkSession.range(1).select(
+        F.lit(kernel.END_PHASE).alias("phase"),
+        *[F.lit(0).cast("long").alias(k) for k in ("k1", "k2", "k3", "k4")],
+        F.lit(None).cast("long").alias("row_id"),
+        *[F.lit(None).cast("string").alias(c) for c in ("message_id", "txn_id", "address", "cache", "dedup_key")],
+        F.lit(None).cast("long").alias("cache_seq"),
+        F.lit(None).cast("string").alias("accepted_batch_id"),
+    )
+    stream = messages.unionByName(end)
     if parent_snapshot is not None:
         entries = parent_snapshot.select(
             F.lit(kernel.SNAPSHOT_PHASE).alias("phase"),
@@ -182,7 +191,7 @@ def decision_stream(units: DataFrame, parent_snapshot: DataFrame | None) -> Data
             F.lit(None).cast("string").alias("txn_id"), "address", "cache", "dedup_key",
             "cache_seq", "accepted_batch_id",
         )
-        stream = entries.unionByName(messages)
+        stream = entries.unionByName(stream)
     return stream.repartition(1).sortWithinPartitions("phase", "k1", "k2", "k3", "k4")
 
 
