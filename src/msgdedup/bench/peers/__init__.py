@@ -70,3 +70,16 @@ def parser(description: str, checkpoint: bool = False) -> argparse.ArgumentParse
         p.add_argument("--watermark", default="1 hour",
                        help="watermark delay on received_at = the dedup window (default 1 hour)")
     return p
+
+
+def run_app(run, description: str, app_name: str, argv: list[str] | None = None,
+            checkpoint: bool = False) -> int:
+    """The ``main()`` of every peer app: parse the arguments, run in a session, always stop it."""
+    args = parser(description, checkpoint).parse_args(argv)
+    extra = (args.checkpoint, args.watermark) if checkpoint else ()
+    spark = session(app_name)
+    try:
+        run(spark, args.input, args.output, *extra)
+    finally:
+        spark.stop()
+    return 0

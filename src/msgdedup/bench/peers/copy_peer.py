@@ -12,7 +12,7 @@ import sys
 
 from pyspark.sql import SparkSession
 
-from msgdedup.bench.peers import parser, read_raw, session
+from msgdedup.bench.peers import read_raw, run_app
 
 
 def run(spark: SparkSession, input_path: str, output_path: str) -> None:
@@ -20,13 +20,7 @@ def run(spark: SparkSession, input_path: str, output_path: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser("bench peer: copy a raw batch to Parquet").parse_args(argv)
-    spark = session("msgdedup-bench-copy")
-    try:
-        run(spark, args.input, args.output)
-    finally:
-        spark.stop()
-    return 0
+    return run_app(run, "bench peer: copy a raw batch to Parquet", "msgdedup-bench-copy", argv)
 
 
 if __name__ == "__main__":

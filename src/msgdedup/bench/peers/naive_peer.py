@@ -15,7 +15,7 @@ import sys
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from msgdedup.bench.peers import dedup_key, parser, read_raw, received_ts, session
+from msgdedup.bench.peers import dedup_key, read_raw, received_ts, run_app
 
 
 def dedup(raw: DataFrame) -> DataFrame:
@@ -30,13 +30,7 @@ def run(spark: SparkSession, input_path: str, output_path: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser("bench peer: naive row_number() dedup").parse_args(argv)
-    spark = session("msgdedup-bench-naive")
-    try:
-        run(spark, args.input, args.output)
-    finally:
-        spark.stop()
-    return 0
+    return run_app(run, "bench peer: naive row_number() dedup", "msgdedup-bench-naive", argv)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import sys
 
 from pyspark.sql import SparkSession
 
-from msgdedup.bench.peers import RAW_SCHEMA, dedup_key, parser, received_ts, session
+from msgdedup.bench.peers import RAW_SCHEMA, dedup_key, received_ts, run_app
 
 
 def run(spark: SparkSession, input_path: str, output_path: str, checkpoint: str,
@@ -35,14 +35,7 @@ def run(spark: SparkSession, input_path: str, output_path: str, checkpoint: str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser("bench peer: dropDuplicatesWithinWatermark, trigger availableNow",
-                  checkpoint=True).parse_args(argv)
-    spark = session("msgdedup-bench-streaming")
-    try:
-        run(spark, args.input, args.output, args.checkpoint, args.watermark)
-    finally:
-        spark.stop()
-    return 0
+    return run_app(run, "bench peer: dropDuplicatesWithinWatermark, trigger availableNow", "msgdedup-bench-streaming", argv, checkpoint=True)
 
 
 if __name__ == "__main__":
