@@ -74,7 +74,7 @@ def run_batch(spark: SparkSession, input_path: str, warehouse_root: str, batch_i
     lines = read_lines(spark, files)
     file_index = {f.path: (i, f.path) for i, f in enumerate(files)}
     if lines is None:
-        parsed = spark.createDataFrame([], transforms.PARSED_DDL)
+        parsed = spark.createDataFrame([], transforms.PARSED_SPARK_SCHEMA)
     else:
         parsed = transforms.parse_lines(lines, settings, file_index)
     parsed = _write(parsed, f"{staging}/_work/parsed")

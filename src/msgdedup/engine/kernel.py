@@ -53,13 +53,6 @@ OUTPUT_SCHEMA = pa.schema([
     ("digest", pa.string()),
 ])
 
-# The Spark DDL of OUTPUT_SCHEMA, for mapInArrow.
-OUTPUT_DDL = (
-    "record_type string, row_id long, outcome string, reason string, duplicate_of string, "
-    "cache string, dedup_key string, cache_seq long, message_id string, address string, "
-    "accepted_batch_id string, id_cache_size long, entries long, digest string"
-)
-
 _FLUSH_ROWS = 8192
 
 

@@ -17,6 +17,7 @@ from typing import Iterator
 import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from msgdedup.config import AddressSettings
 from msgdedup.engine import kernel
@@ -50,12 +51,9 @@ PARSED_SCHEMA = pa.schema([
     ("cache", pa.string()),
     ("dedup_key", pa.string()),
 ])
-PARSED_DDL = (
-    "row_id long, source_file string, line_number long, raw_line string, error string, "
-    "message_id string, address string, received_at timestamp, received_us long, "
-    "properties map<string,string>, txn_id string, source_id string, seq long, body string, "
-    "extra_fields map<string,string>, cache string, dedup_key string"
-)
+# The same schema for Spark (mapInArrow, empty batches): derived, so the two cannot drift apart.
+PARSED_SPARK_SCHEMA = from_arrow_schema(PARSED_SCHEMA)
+OUTPUT_SPARK_SCHEMA = from_arrow_schema(kernel.OUTPUT_SCHEMA)
 
 
 # -- parse ------------------------------------------------------------------------------------
@@ -102,7 +100,7 @@ def parse_lines(lines: DataFrame, settings: AddressSettings,
 
     ``files`` maps each file's key (see ``reading.file_key``) to (file index, display path).
     """
-    return lines.mapInArrow(lambda batches: _parse_batches(batches, settings, files), PARSED_DDL)
+    return lines.mapInArrow(lambda batches: _parse_batches(batches, settings, files), PARSED_SPARK_SCHEMA)
 
 
 def split_valid(parsed: DataFrame) -> tuple[DataFrame, DataFrame]:
@@ -197,9 +195,9 @@ def decision_stream(units: DataFrame, parent_snapshot: DataFrame | None) -> Data
 
 def decide(stream: DataFrame, settings: AddressSettings, batch_id: str,
            counters: dict[str, dict]) -> DataFrame:
-    """Verdicts, cache entries and counters (kernel.OUTPUT_DDL rows) for a decision stream."""
+    """Verdicts, cache entries and counters (kernel.OUTPUT_SCHEMA rows) for a decision stream."""
     return stream.mapInArrow(
-        lambda batches: kernel.decide(batches, settings, batch_id, counters), kernel.OUTPUT_DDL
+        lambda batches: kernel.decide(batches, settings, batch_id, counters), OUTPUT_SPARK_SCHEMA
     )
 
 
