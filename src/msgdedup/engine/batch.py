@@ -213,36 +213,52 @@ def build_parser() -> argparse.ArgumentParser:
 USER_ERRORS = (ConfigError, InputError, BatchIdError, StaleHistoryError)
 
 
+def exit_code(error: BaseException) -> int:
+    """2 for what the user can fix (Spark's AnalysisException too: an unreadable input), else 1.
+
+    Shared with ``msgdedup.pipeline`` so the DAG's app and this CLI never disagree on a code.
+    """
+    from pyspark.errors import AnalysisException
+
+    return 2 if isinstance(error, (*USER_ERRORS, AnalysisException)) else 1
+
+
+def spark_session(app_name: str) -> SparkSession:
+    """The session settings the engine's results depend on, in one place for every app that runs it."""
+    spark = (SparkSession.builder.appName(app_name)
+             .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def summary_line(batch_id: str, manifest: dict) -> str:
+    counts = manifest["counts"]
+    return (f"{PROG}: committed batch {batch_id}: {counts['input_lines']} lines, "
+            f"{counts['delivered']} delivered, {counts['dropped']} dropped, "
+            f"{counts['quarantined']} quarantined")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         settings = load_settings(args.config)
         validate_batch_id(args.batch_id)
     except USER_ERRORS as error:
-        return _fail(error, 2)
+        return report_error(error, 2)
 
-    spark = (SparkSession.builder.appName(f"{PROG} {args.batch_id}")
-             .config("spark.sql.session.timeZone", "UTC").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = spark_session(f"{PROG} {args.batch_id}")
     try:
         manifest = run_batch(spark, args.input, args.warehouse, args.batch_id, settings,
                              invalidate_later=args.invalidate_later)
-    except USER_ERRORS as error:
-        return _fail(error, 2)
     except Exception as error:  # Spark's errors carry a JVM trace; users get one line.
-        from pyspark.errors import AnalysisException
-        code = 2 if isinstance(error, AnalysisException) else 1
-        return _fail(error, code)
+        return report_error(error, exit_code(error))
     finally:
         spark.stop()
-    counts = manifest["counts"]
-    print(f"{PROG}: committed batch {args.batch_id}: {counts['input_lines']} lines, "
-          f"{counts['delivered']} delivered, {counts['dropped']} dropped, "
-          f"{counts['quarantined']} quarantined")
+    print(summary_line(args.batch_id, manifest))
     return 0
 
 
-def _fail(error: BaseException, code: int) -> int:
+def report_error(error: BaseException, code: int) -> int:
     message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     kind = "error" if code == 2 else f"internal error ({type(error).__name__})"
     print(f"{PROG}: {kind}: {message}", file=sys.stderr)

@@ -1,0 +1,131 @@
+"""Dedup a raw batch and gate it with GX in one Spark application (``spark_apps/process_batch.py``).
+
+Why one application: the DAG used to run ``dedup_batch.py`` and ``gx_gate.py`` as two
+spark-submits per partition and paid JVM and Python-worker start-up twice. The gate only needs a
+SparkSession, so it runs in the dedup's session, right after the commit. It still reads the
+*committed* outputs rather than the engine's frames: it audits exactly what consumers will read.
+
+Both steps keep their own error handling and one-line messages (``dedup_batch: …``,
+``gx_gate: …``), so a log reads the same as with the two standalone commands, which stay
+available to users. Exit codes: 0 committed and gate passed; 2 user error (of either step);
+3 gate failed (the batch is committed but must not be published); 1 internal error.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from msgdedup.config import load_settings
+from msgdedup.engine import batch
+from msgdedup.engine.warehouse import validate_batch_id
+from msgdedup.quality import GateInputError, GateResult, GateSettings, hadoop_io, run_gate
+from msgdedup.quality.gate import EXIT_FAILED, EXIT_INTERNAL, EXIT_PASSED, EXIT_USER_ERROR
+
+log = logging.getLogger(__name__)
+
+PROG = "process_batch"
+
+# What gx_gate.py reports as user errors (batch not committed or outputs missing, no GX project).
+GATE_USER_ERRORS = (GateInputError, FileNotFoundError)
+
+
+def build_parser():
+    """The batch command's arguments, unchanged: the DAG passes the same list to either app."""
+    parser = batch.build_parser()
+    parser.prog = PROG
+    parser.description = ("Deduplicate one raw message batch into the warehouse, then validate the "
+                          "committed batch with Great Expectations, in one Spark application.")
+    return parser
+
+
+def recorded_seconds(document: dict | None) -> float | None:
+    """``timings.total_s`` of a manifest or gate result, if that step recorded one."""
+    timings = (document or {}).get("timings")
+    value = timings.get("total_s") if isinstance(timings, dict) else None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def _gate_document(spark: SparkSession, result: GateResult) -> dict | None:
+    """The gate's result.json as written: its recorded timings are not on GateResult."""
+    try:
+        text = hadoop_io.read_text(spark, result.result_path)
+        return json.loads(text) if text else None
+    except Exception:  # noqa: BLE001 - timings are informative; never fail a gated batch over them
+        log.warning("could not read %s for its timings", result.result_path, exc_info=True)
+        return None
+
+
+def timings_line(batch_id: str, steps: dict[str, Any]) -> str:
+    """One line with each step's seconds, so a task log shows where the application's time went."""
+    def s(key: str) -> str:
+        value = steps.get(key)
+        return "–" if value is None else f"{value:.1f}"
+
+    return (f"{PROG}: batch {batch_id} timings (s): spark session {s('session_s')}, "
+            f"dedup {s('dedup_s')} (engine recorded {s('engine_recorded_s')}), "
+            f"gate {s('gate_s')} (gate recorded {s('gate_recorded_s')}), total {s('total_s')}")
+
+
+def _gate_error(code: int, message: str) -> int:
+    print(f"gx_gate: error: {message}", file=sys.stderr)
+    return code
+
+
+def run_steps(spark: SparkSession, args, settings, gate_settings: GateSettings,
+              steps: dict[str, Any]) -> int:
+    """Dedup, then gate; each step's seconds go into ``steps``. Returns the exit code."""
+    started = time.monotonic()
+    try:
+        manifest = batch.run_batch(spark, args.input, args.warehouse, args.batch_id, settings,
+                                   invalidate_later=args.invalidate_later)
+    except Exception as error:  # noqa: BLE001 - same mapping and one-line message as dedup_batch.py
+        return batch.report_error(error, batch.exit_code(error))
+    steps["dedup_s"] = round(time.monotonic() - started, 3)
+    steps["engine_recorded_s"] = recorded_seconds(manifest)
+    print(batch.summary_line(args.batch_id, manifest), flush=True)
+
+    started = time.monotonic()
+    try:
+        result = run_gate(spark, args.warehouse, args.batch_id, gate_settings)
+    except GATE_USER_ERRORS as error:
+        return _gate_error(EXIT_USER_ERROR, str(error))
+    except Exception as error:  # noqa: BLE001 - as gx_gate.py: anything unexpected is exit 1
+        log.exception("gx_gate failed")
+        return _gate_error(EXIT_INTERNAL,
+                           f"internal error: {type(error).__name__}: {error}".replace("\n", " "))
+    steps["gate_s"] = round(time.monotonic() - started, 3)
+    steps["gate_recorded_s"] = recorded_seconds(_gate_document(spark, result))
+    if result.success:
+        print(f"gx_gate: {result.summary_line()}; data docs: {result.data_docs_path}", flush=True)
+        return EXIT_PASSED
+    print(f"gx_gate: {result.summary_line()}", file=sys.stderr, flush=True)
+    return EXIT_FAILED
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = load_settings(args.config)
+        gate_settings = GateSettings.from_config(args.config)
+        validate_batch_id(args.batch_id)
+    except batch.USER_ERRORS as error:  # before any JVM starts, as dedup_batch.py
+        return batch.report_error(error, EXIT_USER_ERROR)
+
+    started = time.monotonic()
+    steps: dict[str, Any] = {}
+    spark = batch.spark_session(f"{PROG} {args.batch_id}")
+    steps["session_s"] = round(time.monotonic() - started, 3)
+    try:
+        code = run_steps(spark, args, settings, gate_settings, steps)
+    finally:
+        spark.stop()
+    steps["total_s"] = round(time.monotonic() - started, 3)
+    if "gate_s" in steps:
+        print(timings_line(args.batch_id, steps), flush=True)
+    return code
