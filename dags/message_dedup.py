@@ -1,4 +1,4 @@
-"""message_dedup: one run per hourly raw partition -> dedup (Spark) -> GX gate -> publish.
+"""message_dedup: one run per hourly raw partition -> dedup + GX gate (one Spark app) -> publish.
 
 Structure only: every step's logic lives in ``msgdedup.orchestration`` (see docs/airflow.md).
 """
@@ -14,7 +14,7 @@ from msgdedup.orchestration import settings
 from msgdedup.orchestration.partitions import BATCH_ID_LENGTH, BATCH_ID_PATTERN, resolve_task
 from msgdedup.orchestration.publish import publish_task
 from msgdedup.orchestration.sensors import PartitionCompleteSensor
-from msgdedup.orchestration.spark import DedupBatchOperator, GxGateOperator
+from msgdedup.orchestration.spark import ProcessBatchOperator
 
 published = Asset(
     name=settings.PUBLISHED_ASSET_NAME,
@@ -63,8 +63,7 @@ with DAG(
 ) as dag:
     resolve = PythonOperator(task_id="resolve", python_callable=resolve_task)
     wait = PartitionCompleteSensor(task_id="wait_for_partition")
-    dedup = DedupBatchOperator(task_id="dedup")
-    gate = GxGateOperator(task_id="quality_gate")
+    process = ProcessBatchOperator(task_id="process_batch")
     publish = PythonOperator(task_id="publish", python_callable=publish_task, outlets=[published])
 
-    resolve >> wait >> dedup >> gate >> publish
+    resolve >> wait >> process >> publish

@@ -9,7 +9,7 @@ from pathlib import Path
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 
-EXPECTED_ORDER = ["resolve", "wait_for_partition", "dedup", "quality_gate", "publish"]
+EXPECTED_ORDER = ["resolve", "wait_for_partition", "process_batch", "publish"]
 
 
 def test_dag_folder_is_not_empty_and_imports_without_errors(dagbag):
@@ -44,15 +44,16 @@ def test_sensor_frees_its_slot_and_times_out(dagbag):
     assert 0 < sensor.timeout <= timedelta(days=1).total_seconds()
 
 
-def test_spark_tasks_use_the_connection_and_the_contracted_apps(dagbag):
+def test_one_spark_task_runs_dedup_and_gate_in_one_application(dagbag):
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
     dag = dagbag.dags["message_dedup"]
-    for task_id, app in (("dedup", "dedup_batch.py"), ("quality_gate", "gx_gate.py")):
-        task = dag.get_task(task_id)
-        assert isinstance(task, SparkSubmitOperator)
-        assert task._conn_id == "spark_default"
-        assert task.application.endswith(f"spark_apps/{app}")
+    spark_tasks = [t for t in dag.tasks if isinstance(t, SparkSubmitOperator)]
+    assert [t.task_id for t in spark_tasks] == ["process_batch"], "one spark-submit per partition"
+    (task,) = spark_tasks
+    assert task._conn_id == "spark_default"
+    assert task.application.endswith("spark_apps/process_batch.py")
+    assert Path(task.application).is_file()
 
 
 def test_publish_emits_the_published_asset(dagbag):

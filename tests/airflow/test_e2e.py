@@ -1,7 +1,7 @@
 """End to end through a real Airflow: REST API (JWT from /auth/token), backfill CLI, scheduler,
-LocalExecutor, spark-submit of the real engine and GX gate, publish, the Data quality plugin.
+LocalExecutor, spark-submit of the real engine and GX gate (one application), publish, the Data quality plugin.
 
-Slow (Spark JVMs): ~9 spark-submits in all on a 2-core machine.
+Slow (Spark JVMs): ~5 spark-submits in all (one per partition run) on a 2-core machine.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def test_manual_dry_run_with_partition_param(backfilled):
     assert live.wait_run(run["dag_run_id"])["state"] == "success"
     tis = live.task_instances(run["dag_run_id"])
     assert tis["resolve"]["state"] == "success"
-    assert {tis[t]["state"] for t in ("wait_for_partition", "dedup", "quality_gate", "publish")} == {"skipped"}
+    assert {tis[t]["state"] for t in ("wait_for_partition", "process_batch", "publish")} == {"skipped"}
     assert (live.warehouse / "published" / f"{T0}.json").read_text() == published_before
 
 
@@ -110,9 +110,9 @@ def test_reprocessing_an_older_partition(backfilled):
     status, run = _trigger(live, {"partition": T0})
     assert status == 200, run
     assert live.wait_run(run["dag_run_id"])["state"] == "failed"
-    dedup = live.task_instances(run["dag_run_id"])["dedup"]
-    assert dedup["state"] == "failed" and dedup["try_number"] == 1
-    log = live.task_log(run["dag_run_id"], "dedup", 1)
+    process = live.task_instances(run["dag_run_id"])["process_batch"]
+    assert process["state"] == "failed" and process["try_number"] == 1
+    log = live.task_log(run["dag_run_id"], "process_batch", 1)
     assert "exited with 2" in log and "invalidate-later" in log and "invalidate_later=true" in log
     assert _read(wh / "runs" / f"{T0}.json")["run_id"] == old0["run_id"], "nothing was committed"
 

@@ -82,12 +82,9 @@ def test_partition_param_overrides_the_interval_and_builds_the_commands():
         start=datetime(2026, 11, 21, 5, tzinfo=UTC), config="/etc/msgdedup/addresses.yaml",
     )
     assert spec.partition == "/data/raw/dt=2026-11-20/hour=23"
-    assert spec.dedup_args() == [
+    assert spec.batch_args() == [
         "--input", "/data/raw/dt=2026-11-20/hour=23", "--warehouse", "/data/wh",
         "--batch-id", "2026-11-20T23", "--config", "/etc/msgdedup/addresses.yaml", "--invalidate-later",
-    ]
-    assert spec.gate_args() == [
-        "--warehouse", "/data/wh", "--batch-id", "2026-11-20T23", "--config", "/etc/msgdedup/addresses.yaml",
     ]
     assert RunSpec.from_dict(spec.to_dict()) == spec
 

@@ -122,18 +122,13 @@ class RunSpec:
             validate_root(spec.config, "config file")
         return spec
 
-    def dedup_args(self) -> list[str]:
+    def batch_args(self) -> list[str]:
+        """``process_batch.py`` takes the batch command's arguments unchanged: one list serves both apps."""
         args = ["--input", self.partition, "--warehouse", self.warehouse, "--batch-id", self.batch_id]
         if self.config:
             args += ["--config", self.config]
         if self.invalidate_later:
             args.append("--invalidate-later")
-        return args
-
-    def gate_args(self) -> list[str]:
-        args = ["--warehouse", self.warehouse, "--batch-id", self.batch_id]
-        if self.config:
-            args += ["--config", self.config]
         return args
 
 
@@ -197,9 +192,8 @@ def resolve_task(**context: Any) -> dict[str, Any]:
         raise AirflowFailException(f"refused: {exc}") from None
     print(f"batch {spec.batch_id}: partition {spec.partition}, warehouse {spec.warehouse}")
     if spec.dry_run:
-        print("dry run: the following steps would run, nothing is written")
-        print("  dedup_batch.py " + " ".join(spec.dedup_args()))
-        print("  gx_gate.py " + " ".join(spec.gate_args()))
+        print("dry run: the following would run, nothing is written")
+        print("  process_batch.py " + " ".join(spec.batch_args()))
     return spec.to_dict()
 
 

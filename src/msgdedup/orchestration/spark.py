@@ -1,4 +1,7 @@
-"""SparkSubmitOperator subclasses for the two Spark apps of a run.
+"""The DAG's Spark step: one SparkSubmitOperator subclass running ``spark_apps/process_batch.py``.
+
+One application per partition does the dedup and then the GX gate (``msgdedup.pipeline``), so a
+run pays JVM and Python-worker start-up once instead of once per step.
 
 The master (``local[*]``, ``spark://…``, ``yarn``) comes from the Airflow connection
 ``spark_default``, so the same DAG runs locally or on a cluster. The application arguments are
@@ -6,13 +9,11 @@ built at execution time from the validated RunSpec of the ``resolve`` task (neve
 string), and spark-submit runs with the venv's ``bin/`` first on PATH and
 ``PYSPARK_PYTHON`` set to the venv's interpreter (``spark.pyspark.python`` too).
 
-Exit codes of the apps become task outcomes:
-
-- dedup_batch.py: 0 committed; 2 user error (bad input/config, stale history: reprocessing an
-  older batch needs ``invalidate_later``) -> failed *without retry*; anything else -> failed
-  with retries (internal error, lost executor, ...; safe because a rerun is idempotent).
-- gx_gate.py: 0 passed; 3 gate failed -> failed without retry (the batch is not published);
-  2 user error -> failed without retry.
+Exit codes of the app become task outcomes: 0 committed and gate passed; 2 user error (bad
+input/config, stale history: reprocessing an older batch needs ``invalidate_later``) and 3 gate
+failed (committed, not published) fail *without retry*, since a rerun would fail the same way;
+anything else (internal error, lost executor, ...) fails with retries, safe because the engine
+reruns a batch idempotently. A retry redoes the dedup too, not only the gate.
 """
 
 from __future__ import annotations
@@ -34,10 +35,17 @@ def spark_apps_dir() -> Path:
     return SPARK_APPS_DIR
 
 
-class _BatchSubmitOperator(SparkSubmitOperator):
-    app_name: str = ""
+class ProcessBatchOperator(SparkSubmitOperator):
+    """Runs ``spark_apps/process_batch.py --input … --warehouse … --batch-id … [--config …]``."""
+
+    app_name = "process_batch.py"
     # exit code -> explanation; those exits are final (no retry)
-    final_exit_codes: dict[int, str] = {}
+    final_exit_codes: dict[int, str] = {
+        2: "user error (bad input, config or batch id, or stale history: to reprocess an older "
+        "batch trigger it with invalidate_later=true, then re-run the later partitions in order)",
+        3: "the Great Expectations gate failed: the batch is committed but not published "
+        "(see the Data quality view)",
+    }
 
     def __init__(self, *, resolve_task_id: str = "resolve", **kwargs: Any) -> None:
         kwargs.setdefault("conn_id", settings.SPARK_CONN_ID)
@@ -46,8 +54,8 @@ class _BatchSubmitOperator(SparkSubmitOperator):
         super().__init__(**kwargs)
         self.resolve_task_id = resolve_task_id
 
-    def build_args(self, spec: RunSpec) -> list[str]:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def build_args(self, spec: RunSpec) -> list[str]:
+        return spec.batch_args()
 
     def execute(self, context: Any) -> None:
         spec = spec_from_context(context, self.resolve_task_id)
@@ -76,29 +84,3 @@ class _BatchSubmitOperator(SparkSubmitOperator):
     def _exit_code(self) -> int | None:
         proc = getattr(self._hook, "_submit_sp", None) if self._hook else None
         return None if proc is None else proc.returncode
-
-
-class DedupBatchOperator(_BatchSubmitOperator):
-    """Runs ``spark_apps/dedup_batch.py --input … --warehouse … --batch-id … [--config …]``."""
-
-    app_name = "dedup_batch.py"
-    final_exit_codes = {
-        2: "user error (bad input, config or batch id, or stale history: to reprocess an older "
-        "batch trigger it with invalidate_later=true, then re-run the later partitions in order)",
-    }
-
-    def build_args(self, spec: RunSpec) -> list[str]:
-        return spec.dedup_args()
-
-
-class GxGateOperator(_BatchSubmitOperator):
-    """Runs ``spark_apps/gx_gate.py --warehouse … --batch-id … [--config …]``."""
-
-    app_name = "gx_gate.py"
-    final_exit_codes = {
-        2: "user error (bad arguments or the batch is not committed)",
-        3: "the Great Expectations gate failed: the batch is not published (see the Data quality view)",
-    }
-
-    def build_args(self, spec: RunSpec) -> list[str]:
-        return spec.gate_args()
