@@ -99,9 +99,11 @@ def _fake_results() -> dict:
                     "first_s": 10.0, "last_s": 12.3, "last_over_first": 1.23,
                     "engine_last_over_first": 1.0, "peak_rss_max_bytes": 1},
         "airflow": {"ok": True, "scenario": base["name"], "wall_s": 60.0, "run_s": 58.0,
-                    "spark_in_dag_s": 20.0, "overhead_s": 40.0, "peak_rss_bytes": 3 * 2**30,
+                    "spark_in_dag_s": 20.0, "spark_app_s": 20.0, "spark_task_s": 22.5,
+                    "app_recorded_s": {"engine_s": 11.0, "gate_s": None},
+                    "overhead_s": 40.0, "peak_rss_bytes": 3 * 2**30,
                     "baseline_rss_bytes": 2**30, "startup_s": 50.0,
-                    "tasks": {"dedup": {"duration_s": 16.0}, "quality_gate": {"duration_s": 8.0}}},
+                    "tasks": {"process_batch": {"duration_s": 22.5}}},
     }
 
 
@@ -116,6 +118,8 @@ def test_targets_and_table():
     table = report.markdown(results)
     assert "| 2K, 200 addresses, cache 20K | ours (dedup_batch.py) | 14.0 |" in table
     assert "**missed**" in table and "Airflow overhead 40.0 s" in table
+    assert "Spark application (process_batch.py: dedup + GX gate) ran 20.0 s" in table
+    assert "(task 22.5 s; recorded by the app: engine 11.0 s, gate – s)" in table
     assert "Spark 4.1" in table
 
 
@@ -159,7 +163,8 @@ def test_execute_wires_scenarios_history_airflow_and_targets(tmp_path, monkeypat
 
     monkeypatch.setattr(harness.Bench, "run", fake_run)
     monkeypatch.setattr(airflow_run, "run_dag_once", lambda *a, **k: airflow_run.DagRunResult(
-        ok=True, state="success", wall_s=40.0, spark_in_dag_s=17.0, tasks={"dedup": {"duration_s": 15.0}}))
+        ok=True, state="success", wall_s=40.0, spark_in_dag_s=17.0, spark_task_s=19.0,
+        tasks={"process_batch": {"duration_s": 19.0}}))
     scale = harness.Scale(sizes=(300,), history_batches=3, history_messages=100)
     bench = harness.Bench("test", scale, tmp_path / "work", results_dir=tmp_path / "res", docs=None)
     results = bench.execute()
@@ -169,7 +174,8 @@ def test_execute_wires_scenarios_history_airflow_and_targets(tmp_path, monkeypat
     assert base["runs"]["ours"]["x_copy"] == 1.3 and base["runs"]["gx_gate"]["x_ours"] == round(5 / 13, 3)
     assert set(big["runs"]) == {"ours", "gx_gate"} and big["runs"]["ours"]["x_copy"] == 1.3
     assert results["history"]["last_over_first"] == 1.4
-    assert results["airflow"]["overhead_s"] == 40.0 - 17.0
+    assert results["airflow"]["overhead_s"] == 40.0 - 17.0, "wall minus the sampled spark-submit time"
+    assert results["airflow"]["spark_app_s"] == 17.0 and results["airflow"]["spark_task_s"] == 19.0
     assert results["airflow"]["overhead_vs_standalone_s"] == 40.0 - 18.0
     met = {t["target"]: t["met"] for t in results["targets"]}
     assert met["per-batch time last ÷ first ≤ 1.2 over 3 batches"] is False
@@ -196,3 +202,20 @@ def test_spark_time_inside_a_process_tree():
     assert len(sampler.spark_apps) == 1
     assert 0.8 < sampler.spark_s < 1.8
     assert os.getpid() not in sampler.spark_apps
+
+
+def test_dag_run_overhead_is_wall_minus_the_spark_app(tmp_path):
+    """Sampled spark-submit time first; Airflow's task duration when sampling saw none; none if failed."""
+    from msgdedup.bench.airflow_run import DagRunResult, recorded_seconds
+
+    sampled = DagRunResult(ok=True, wall_s=50.0, spark_in_dag_s=30.0, spark_task_s=33.0).to_dict()
+    assert (sampled["spark_app_s"], sampled["overhead_s"]) == (30.0, 20.0)
+    unsampled = DagRunResult(ok=True, wall_s=50.0, spark_in_dag_s=0.0, spark_task_s=33.0).to_dict()
+    assert (unsampled["spark_app_s"], unsampled["overhead_s"]) == (33.0, 17.0)
+    assert DagRunResult(ok=False, wall_s=50.0, spark_in_dag_s=30.0).to_dict()["overhead_s"] is None
+
+    (tmp_path / "manifest.json").write_text(json.dumps({"timings": {"parse_s": 1.0, "total_s": 4.5}}))
+    (tmp_path / "result.json").write_text(json.dumps({"success": True}))  # a gate without timings
+    assert recorded_seconds(tmp_path / "manifest.json") == 4.5
+    assert recorded_seconds(tmp_path / "result.json") is None
+    assert recorded_seconds(tmp_path / "missing.json") is None

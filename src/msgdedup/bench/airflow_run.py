@@ -7,9 +7,15 @@ gets a private home and a free port, and is stopped (exactly the processes it st
 
 What is measured: from the manual trigger (REST API, ``conf={"partition": ...}``) until the run is
 terminal, polled every ``poll`` seconds; plus the run's own start/end dates and every task's
-duration as Airflow records them. Peak memory is the sampled RSS of all Airflow components' process
-trees (scheduler, its LocalExecutor workers and their spark-submits, api-server, dag-processor),
-so it includes Airflow's idle footprint, reported separately as ``baseline_rss_bytes``.
+duration as Airflow records them. The Spark application's own time (``spark_app_s``) is how long
+its spark-submit ran, sampled in the same run (Airflow's duration of the ``process_batch`` task if
+sampling saw none: that duration also holds the task runner's start-up, which is Airflow's); the
+Airflow overhead per partition is ``wall_s - spark_app_s``. The seconds the app recorded itself
+(the engine's ``timings`` in the manifest, the gate's in its result.json when it records them)
+exclude JVM start-up and are reported next to it. Peak memory is the sampled RSS of all Airflow
+components' process trees (scheduler, its LocalExecutor workers and their spark-submits,
+api-server, dag-processor), so it includes Airflow's idle footprint, reported separately as
+``baseline_rss_bytes``.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import psutil
 from msgdedup.bench.measure import PeakSampler, tree_rss
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor")
+SPARK_TASK = "process_batch"  # the DAG's one spark-submit task: dedup and GX gate in one application
 SPARK_MARKERS = ("spark-submit", "org.apache.spark.deploy.SparkSubmit")
 
 
@@ -80,6 +87,16 @@ def _seconds(start: str | None, end: str | None) -> float | None:
     return round((parse(end) - parse(start)).total_seconds(), 3)
 
 
+def recorded_seconds(path: Path) -> float | None:
+    """``timings.total_s`` of a manifest or gate result (the app's own account, no JVM start-up)."""
+    try:
+        timings = json.loads(path.read_text()).get("timings")
+    except (OSError, ValueError, AttributeError):
+        return None
+    value = timings.get("total_s") if isinstance(timings, dict) else None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
 def link_partition(batch_dir: Path, raw_root: Path, batch_id: str) -> Path:
     """Expose a workload batch as the hourly partition the DAG expects, with hard links (no copy)."""
     from msgdedup.orchestration.partitions import partition_relpath
@@ -105,11 +122,24 @@ class DagRunResult:
     baseline_rss_bytes: int = 0
     startup_s: float | None = None         # configure + migrate + start + DAG parsed (not in wall_s)
     spark_in_dag_s: float | None = None    # time during which a spark-submit ran inside the DAG run
+    spark_task_s: float | None = None      # Airflow's duration of the SPARK_TASK task
+    app_recorded_s: dict[str, float | None] = field(default_factory=dict)  # engine_s, gate_s
     tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
     error: str | None = None
 
+    @property
+    def spark_app_s(self) -> float | None:
+        return self.spark_in_dag_s or self.spark_task_s
+
+    @property
+    def overhead_s(self) -> float | None:
+        """Airflow overhead per partition; only for a successful run (a failed one did less work)."""
+        if not self.ok or self.wall_s is None or not self.spark_app_s:
+            return None
+        return round(self.wall_s - self.spark_app_s, 3)
+
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {**self.__dict__, "spark_app_s": self.spark_app_s, "overhead_s": self.overhead_s}
 
 
 def run_dag_once(batch_dir: Path, work: Path, batch_id: str, *, master: str = "local[2]",
@@ -175,6 +205,11 @@ def run_dag_once(batch_dir: Path, work: Path, batch_id: str, *, master: str = "l
                     "state": ti["state"], "duration_s": ti.get("duration"),
                     "try_number": ti.get("try_number"),
                 }
+        result.spark_task_s = (result.tasks.get(SPARK_TASK) or {}).get("duration_s")
+        result.app_recorded_s = {
+            "engine_s": recorded_seconds(warehouse / "runs" / f"{batch_id}.json"),
+            "gate_s": recorded_seconds(warehouse / "quality" / batch_id / "result.json"),
+        }
         result.ok = result.state == "success"
         if not result.ok:
             result.error = f"DAG run ended {result.state}; logs under {af.home / 'logs'}"

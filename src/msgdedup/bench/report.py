@@ -168,12 +168,15 @@ def markdown(results: dict[str, Any]) -> str:
     if a:
         if a.get("ok"):
             tasks = ", ".join(f"{t} {_fmt(d.get('duration_s'), 1)} s" for t, d in a.get("tasks", {}).items())
+            rec = a.get("app_recorded_s") or {}
             lines += [
                 "",
                 f"**Whole DAG run** (`message_dedup`, one partition, {a['scenario']}): "
                 f"{_fmt(a.get('wall_s'), 1)} s from trigger to success (Airflow's run "
-                f"{_fmt(a.get('run_s'), 1)} s); its spark-submits (dedup + GX gate) ran "
-                f"{_fmt(a.get('spark_in_dag_s'), 1)} s of it, so **Airflow overhead "
+                f"{_fmt(a.get('run_s'), 1)} s); its Spark application (process_batch.py: dedup + GX "
+                f"gate) ran {_fmt(a.get('spark_app_s', a.get('spark_in_dag_s')), 1)} s of it "
+                f"(task {_fmt(a.get('spark_task_s'), 1)} s; recorded by the app: engine "
+                f"{_fmt(rec.get('engine_s'), 1)} s, gate {_fmt(rec.get('gate_s'), 1)} s), so **Airflow overhead "
                 f"{_fmt(a.get('overhead_s'), 1)} s** per partition (against the standalone runs above, "
                 f"{_fmt(a.get('spark_apps_standalone_s'), 1)} s: {_fmt(a.get('overhead_vs_standalone_s'), 1)} s). "
                 f"Tasks: {tasks}. Peak RSS of all Airflow processes "
