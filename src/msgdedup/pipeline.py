@@ -79,7 +79,7 @@ def _gate_error(code: int, message: str) -> int:
 
 def run_steps(spark: SparkSession, args, settings, gate_settings: GateSettings,
               steps: dict[str, Any]) -> int:
-    """Dedup, then gate; each step's seconds go into ``steps``. Returns the exit code."""
+    """The two steps, apart from ``main`` so the session is stopped whatever a step raises."""
     started = time.monotonic()
     try:
         manifest = batch.run_batch(spark, args.input, args.warehouse, args.batch_id, settings,
