@@ -11,11 +11,14 @@ import pytest
 from msgdedup.quality import GateInputError, run_gate
 from msgdedup.quality.gate import EXIT_USER_ERROR, GateSettings, main
 from tests.quality.warehouse_fixture import (
-    DELIVERED_DDL, DROPPED_DDL, delivered, dropped, two_batches, write_rows,
+    DELIVERED_DDL, DROPPED_DDL, ID_CACHE_DDL, delivered, dropped, entry, two_batches, write_rows,
 )
 
 WINDOW = ("key_window", "expect_column_values_to_be_null", "duplicate_within_window")
+SHARED_SEQ = ("key_window", "expect_column_values_to_be_null", "shared_cache_seq")
 PARTIAL_TXN = ("transactions", "expect_column_values_to_be_null", "partial_delivery")
+DUPLICATE_ID = ("messages", "expect_column_values_to_be_null", "duplicate_message_id")
+SNAPSHOT = ("id_cache", "expect_column_values_to_be_null", "snapshot_problem")
 
 
 def failed(result) -> set[tuple[str, str, str]]:
@@ -56,6 +59,25 @@ def test_correct_batch_passes_and_writes_summary_and_data_docs(spark, warehouse)
     assert Path(summary["data_docs_path"]).is_file()
     validations = warehouse / "quality" / "validations"
     assert {p.name for p in validations.iterdir() if p.is_dir()} >= {"key_window", "transactions"}
+    # Seconds per step, for the bench and the pipeline (timings.total_s); steps within the total.
+    timings = summary["timings"]
+    assert {"read_s", "derive_s", "validate_s", "data_docs_s", "total_s"} <= set(timings)
+    assert all(isinstance(v, float) and 0 <= v <= timings["total_s"] for v in timings.values())
+    assert timings == result.timings
+
+
+def test_data_docs_list_every_gated_batch(spark, warehouse):
+    """The site is built once per gate run, for that run's results, and still indexes all batches."""
+    first = run_gate(spark, str(warehouse), "B1")
+    second = run_gate(spark, str(warehouse), "B2")
+    assert first.success and second.success
+    index = Path(second.data_docs_path).read_text()
+    for result in (first, second):
+        pages = {e.data_docs_page for e in result.expectations}
+        assert len(pages) == 5 and all(Path(page).is_file() for page in pages)
+        for page in pages:
+            relative = Path(page).relative_to(Path(second.data_docs_path).parent).as_posix()
+            assert relative in index, f"{relative} missing from the Data Docs index"
 
 
 def test_injected_duplicate_delivery_fails_the_window_expectation(spark, warehouse):
@@ -77,8 +99,13 @@ def test_injected_duplicate_delivery_fails_the_window_expectation(spark, warehou
     assert ("accounting", "expect_column_pair_values_to_be_equal", "declared,actual") in failed(result)
     accounting = next(e for e in result.expectations if e.suite == "accounting")
     assert {r["count"] for r in accounting.sample_rows} == {"input_lines", "delivered"}
-    assert ("key_window", "expect_compound_columns_to_be_unique", "cache,cache_seq") in failed(result)
-    assert PARTIAL_TXN not in failed(result)
+    assert SHARED_SEQ in failed(result)
+    shared = outcome(result, "key_window", "shared_cache_seq")
+    assert sorted(r["message_id"] for r in shared.sample_rows) == ["m9", "m9-dup"]
+    assert all(r["shared_cache_seq"].startswith("orders.eu cache_seq 7 is used by 2 deliveries (message_id m9 to m9-dup)")
+               for r in shared.sample_rows)
+    assert failed(result) == {WINDOW, SHARED_SEQ, ("accounting", "expect_column_pair_values_to_be_equal",
+                                                   "declared,actual")}
 
     # The Data Docs page of the failed suite names the expectation and the offending rows.
     page = Path(window.data_docs_page)
@@ -146,18 +173,70 @@ def test_several_independent_corruptions_each_fail_their_own_expectation(spark, 
     assert failed(result) == {
         PARTIAL_TXN,
         ("id_cache", "expect_column_pair_values_a_to_be_greater_than_b", "id_cache_size,entries"),
-        ("messages", "expect_column_values_to_be_unique", "message_id"),
+        DUPLICATE_ID,
         ("messages", "expect_column_values_to_not_be_null", "address"),
     }
     assert outcome(result, "transactions", "partial_delivery").sample_rows[0]["duplicates_of_outside"] == 1
     oversized = next(e for e in result.expectations if e.suite == "id_cache" and not e.success)
     assert oversized.sample_rows == [{"cache": "orders.eu", "id_cache_size": 2, "entries": 3}]
-    unique = next(e for e in result.expectations if e.expectation == "expect_column_values_to_be_unique")
-    assert sorted((r["output"], r["message_id"]) for r in unique.sample_rows) == [
-        ("delivered", "m7"), ("dropped", "m7")]
+    twice = outcome(result, "messages", "duplicate_message_id")
+    assert twice.observed["unexpected_count"] == 2
+    assert sorted((r["output"], r["message_id"], r["line_number"]) for r in twice.sample_rows) == [
+        ("delivered", "m7", 2), ("dropped", "m7", 1)]
+    assert {r["duplicate_message_id"] for r in twice.sample_rows} == {
+        "message_id m7 is in 2 rows (1 delivered, 1 dropped); this one: delivered, part-0.jsonl line 2",
+        "message_id m7 is in 2 rows (1 delivered, 1 dropped); this one: dropped, part-0.jsonl line 1"}
     no_address = outcome(result, "messages", "address")
     assert no_address.sample_rows == [{"output": "dropped", "source_file": "part-0.jsonl", "line_number": 7,
-                                       "address": None}]
+                                       "message_id": "m13", "address": None}]
+
+
+def test_broken_sequence_numbers_and_snapshot_each_fail_their_own_expectation(spark, warehouse):
+    """In one batch: m8 delivered in a cache the manifest does not declare, m10 without its
+    cache_seq, m9's cache_seq also given to another key's delivery, a snapshot that holds k5
+    twice, and a message without message_id and received_at. Each names its rows."""
+    delivered_dir = warehouse / "delivered" / "batch_id=B2"
+    dropped_dir = warehouse / "dropped" / "batch_id=B2"
+    rows = [row.asDict() for row in spark.read.parquet(str(delivered_dir)).collect()]
+    for row in rows:
+        if row["message_id"] == "m8":
+            row["cache"] = "orders.ghost"
+        if row["message_id"] == "m10":
+            row["cache_seq"] = None
+    rows.append(delivered("m14", 8, "k9", 7))
+    write_rows(spark, str(delivered_dir), rows, DELIVERED_DDL)
+    dropped_rows = [row.asDict() for row in spark.read.parquet(str(dropped_dir)).collect()]
+    for row in dropped_rows:
+        if row["message_id"] == "m12":
+            row.update(message_id=None, received_at=None)
+    write_rows(spark, str(dropped_dir), dropped_rows, DROPPED_DDL)
+    write_rows(spark, str(warehouse / "id_cache" / "batch_id=B2"),
+               [entry("k5", 6, "m8", "B2"), entry("k5", 7, "m9", "B2"), entry("k7", 8, "m10", "B2")], ID_CACHE_DDL)
+    manifest_path = warehouse / "runs" / "B2.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["counts"].update(delivered=len(rows), input_lines=len(rows) + len(dropped_rows))
+    manifest_path.write_text(json.dumps(manifest))
+
+    result = run_gate(spark, str(warehouse), "B2")
+
+    assert failed(result) == {
+        ("key_window", "expect_column_values_to_not_be_null", "id_cache_size"),
+        ("key_window", "expect_column_values_to_not_be_null", "cache_seq"),
+        SHARED_SEQ, SNAPSHOT,
+        ("messages", "expect_column_values_to_not_be_null", "message_id"),
+        ("messages", "expect_column_values_to_not_be_null", "received_at"),
+    }
+    assert [r["message_id"] for r in outcome(result, "key_window", "id_cache_size").sample_rows] == ["m8"]
+    assert [r["message_id"] for r in outcome(result, "key_window", "cache_seq").sample_rows] == ["m10"]
+    shared = outcome(result, "key_window", "shared_cache_seq")
+    assert sorted((r["message_id"], r["dedup_key"]) for r in shared.sample_rows) == [("m14", "k9"), ("m9", "k6")]
+    assert "orders.eu cache_seq 7 is used by 2 deliveries" in shared.sample_rows[0]["shared_cache_seq"]
+    (snapshot,) = outcome(result, "id_cache", "snapshot_problem").sample_rows
+    assert snapshot["cache"] == "orders.eu"
+    assert snapshot["snapshot_problem"] == "cache orders.eu holds 1 keys more than once"
+    for column in ("message_id", "received_at"):
+        (row,) = outcome(result, "messages", column).sample_rows
+        assert (row["output"], row["line_number"], row[column]) == ("dropped", 6, None)
 
 
 def test_uncommitted_batch_is_a_user_error(spark, warehouse):

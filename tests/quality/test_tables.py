@@ -77,3 +77,36 @@ def test_accounting_and_id_cache_occupancy(spark):
         2, "cache orders.eu holds 1 keys more than once")
     assert occupancy["idle"].snapshot_problem is None and occupancy["idle"].entries == 0
     assert occupancy["ghost"].snapshot_problem.startswith("cache ghost is not declared in the manifest")
+
+
+def test_messages_describe_a_message_id_in_more_than_one_row(spark):
+    d = frame(spark, [delivered("a", 1, "k1", 1), delivered("b", 2, "k2", 2)], DELIVERED_DDL)
+    x = frame(spark, [dropped("a", 3, "k1", "duplicate", "a"), dropped("c", 4, "k3", "duplicate", "b"),
+                      dropped(None, 5, "k4", "duplicate", "b"), dropped(None, 6, "k5", "duplicate", "b")], DROPPED_DDL)
+
+    rows = {(r.output, r.line_number): r.duplicate_message_id for r in tables.messages(d, x).collect()}
+
+    assert rows == {
+        ("delivered", 1): "message_id a is in 2 rows (1 delivered, 1 dropped); this one: delivered, part-0.jsonl line 1",
+        ("dropped", 3): "message_id a is in 2 rows (1 delivered, 1 dropped); this one: dropped, part-0.jsonl line 3",
+        ("delivered", 2): None, ("dropped", 4): None,
+        # A missing message_id is the required-field expectation's finding, not a repeated id.
+        ("dropped", 5): None, ("dropped", 6): None,
+    }
+
+
+def test_key_window_names_deliveries_that_share_a_cache_seq(spark):
+    parent = frame(spark, [], ID_CACHE_DDL)
+    batch = frame(spark, [
+        delivered("n1", 1, "k1", 5), delivered("n2", 2, "k2", 5),    # two keys, one acceptance number
+        delivered("n3", 3, "k3", 6),
+        delivered("n4", 4, "k4", 6, address="billing"),              # same number, other cache: fine
+        delivered("n5", 5, "k5", None), delivered("n6", 6, "k6", None),  # missing: cache_seq's own check
+    ], DELIVERED_DDL)
+
+    rows = {r.message_id: r.shared_cache_seq
+            for r in tables.key_window(batch, parent, sizes(spark, **{"orders.eu": 3, "billing": 3}), "B1").collect()}
+
+    assert rows["n1"] == "orders.eu cache_seq 5 is used by 2 deliveries (message_id n1 to n2); this one: n1, key k1"
+    assert rows["n2"].endswith("this one: n2, key k2")
+    assert [rows[m] for m in ("n3", "n4", "n5", "n6")] == [None, None, None, None]

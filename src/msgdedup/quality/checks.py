@@ -6,19 +6,30 @@ reads the gate here, in one page, and GX users still find ordinary suites and ch
 
 Each checked table becomes a Spark dataframe asset, a suite, a validation definition and a
 checkpoint of the same name. One checkpoint per table, because a GX checkpoint passes the
-same batch parameters (here: the dataframe) to all its validation definitions.
+same batch parameters (here: the dataframe) to all its validation definitions. The
+checkpoints have no Data Docs action: the gate builds the Data Docs once for all five results
+(``gate.run_gate``), since every build also rewrites the site's index over all batches.
 
 The result format is SUMMARY with a bounded sample: the driver receives at most
 ``SAMPLE_ROWS`` offending rows per expectation, identified by the table's index columns,
 whatever the batch size.
+
+Every expectation is a per-row condition (not null, null, a pair of columns), never a window
+such as uniqueness: GX evaluates an expectation's condition again for each metric it needs
+(count, sample values, sample rows), so the windows are computed once in ``tables.py`` and
+checked here as "this description column is null".
+
+GX is imported when an expectation is built, not with this module: the import takes seconds,
+which the ``gx_gate.py`` command spends while the JVM starts (``gate.main``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
 
-import great_expectations as gx
-from great_expectations.expectations import Expectation
+if TYPE_CHECKING:
+    from great_expectations.expectations import Expectation
 
 SAMPLE_ROWS = 20
 
@@ -27,14 +38,25 @@ def _notes(text: str) -> dict:
     return {"notes": {"format": "markdown", "content": [text]}}
 
 
+def _expect(kind: str, note: str, **kwargs: Any) -> Callable[[], "Expectation"]:
+    """A factory of the GX expectation class ``kind`` with ``kwargs`` and a note for readers."""
+
+    def build() -> "Expectation":
+        import great_expectations as gx
+
+        return getattr(gx.expectations, kind)(**kwargs, meta=_notes(note))
+
+    return build
+
+
 @dataclass(frozen=True)
 class CheckedTable:
     name: str
     description: str
     index_columns: tuple[str, ...]
-    expectations: tuple = field(default_factory=tuple)
+    expectations: tuple[Callable[[], "Expectation"], ...] = field(default_factory=tuple)
 
-    def build_expectations(self) -> list[Expectation]:
+    def build_expectations(self) -> list["Expectation"]:
         return [factory() for factory in self.expectations]
 
     def result_format(self) -> dict:
@@ -45,26 +67,26 @@ class CheckedTable:
         }
 
 
-def _required(column: str):
-    return lambda: gx.expectations.ExpectColumnValuesToNotBeNull(
-        column=column, meta=_notes(f"`{column}` is required by the envelope; a message without it cannot be published.")
-    )
+def _required(column: str) -> Callable[[], "Expectation"]:
+    return _expect("ExpectColumnValuesToNotBeNull",
+                   f"`{column}` is required by the envelope; a message without it cannot be published.",
+                   column=column)
 
 
 CHECKED_TABLES: tuple[CheckedTable, ...] = (
     CheckedTable(
         name="messages",
         description="Delivered and dropped messages, one row each, labelled with their output.",
-        index_columns=("output", "source_file", "line_number"),
+        index_columns=("output", "source_file", "line_number", "message_id"),
         expectations=(
             _required("message_id"),
             _required("address"),
             _required("received_at"),
-            lambda: gx.expectations.ExpectColumnValuesToBeUnique(
-                column="message_id",
-                meta=_notes("A message_id names one delivery attempt: it is in exactly one output, once "
-                            "(never both delivered and dropped)."),
-            ),
+            _expect("ExpectColumnValuesToBeNull",
+                    "A message_id names one delivery attempt: it is in exactly one output, once (never "
+                    "both delivered and dropped). The column says how often, and where, a repeated "
+                    "message_id occurs.",
+                    column="duplicate_message_id"),
         ),
     ),
     CheckedTable(
@@ -73,23 +95,20 @@ CHECKED_TABLES: tuple[CheckedTable, ...] = (
                     "(this batch or the parent's ID-cache snapshot).",
         index_columns=("cache", "dedup_key", "message_id", "cache_seq", "prev_message_id", "prev_cache_seq"),
         expectations=(
-            lambda: gx.expectations.ExpectColumnValuesToBeNull(
-                column="duplicate_within_window",
-                meta=_notes("No duplicate delivered within the window: two deliveries of one (cache, key) "
-                            "must be more than id_cache_size accepted keys apart."),
-            ),
-            lambda: gx.expectations.ExpectColumnValuesToNotBeNull(
-                column="id_cache_size",
-                meta=_notes("Every cache a message was checked in is declared in the manifest with its size."),
-            ),
-            lambda: gx.expectations.ExpectColumnValuesToNotBeNull(
-                column="cache_seq",
-                meta=_notes("A checked delivered message has its acceptance sequence number."),
-            ),
-            lambda: gx.expectations.ExpectCompoundColumnsToBeUnique(
-                column_list=["cache", "cache_seq"],
-                meta=_notes("cache_seq numbers acceptances: two deliveries never share one."),
-            ),
+            _expect("ExpectColumnValuesToBeNull",
+                    "No duplicate delivered within the window: two deliveries of one (cache, key) "
+                    "must be more than id_cache_size accepted keys apart.",
+                    column="duplicate_within_window"),
+            _expect("ExpectColumnValuesToNotBeNull",
+                    "Every cache a message was checked in is declared in the manifest with its size.",
+                    column="id_cache_size"),
+            _expect("ExpectColumnValuesToNotBeNull",
+                    "A checked delivered message has its acceptance sequence number.",
+                    column="cache_seq"),
+            _expect("ExpectColumnValuesToBeNull",
+                    "cache_seq numbers acceptances: two deliveries of one cache never share one. The "
+                    "column names the deliveries that do.",
+                    column="shared_cache_seq"),
         ),
     ),
     CheckedTable(
@@ -97,11 +116,10 @@ CHECKED_TABLES: tuple[CheckedTable, ...] = (
         description="Per txn_id: delivered and dropped counts, and duplicates of messages outside the transaction.",
         index_columns=("txn_id", "delivered", "transaction_rejected", "duplicates_of_outside"),
         expectations=(
-            lambda: gx.expectations.ExpectColumnValuesToBeNull(
-                column="partial_delivery",
-                meta=_notes("No transaction partly delivered: delivered messages next to transaction_rejected "
-                            "ones, or next to a duplicate of a message outside the transaction."),
-            ),
+            _expect("ExpectColumnValuesToBeNull",
+                    "No transaction partly delivered: delivered messages next to transaction_rejected "
+                    "ones, or next to a duplicate of a message outside the transaction.",
+                    column="partial_delivery"),
         ),
     ),
     CheckedTable(
@@ -109,11 +127,10 @@ CHECKED_TABLES: tuple[CheckedTable, ...] = (
         description="One row per count: what the manifest declares against what the outputs hold.",
         index_columns=("batch_id", "count"),
         expectations=(
-            lambda: gx.expectations.ExpectColumnPairValuesToBeEqual(
-                column_A="declared", column_B="actual",
-                meta=_notes("Every input line is delivered, dropped or quarantined (input_lines = delivered + "
-                            "dropped + quarantined rows), and the manifest's counts are the outputs' row counts."),
-            ),
+            _expect("ExpectColumnPairValuesToBeEqual",
+                    "Every input line is delivered, dropped or quarantined (input_lines = delivered + "
+                    "dropped + quarantined rows), and the manifest's counts are the outputs' row counts.",
+                    column_A="declared", column_B="actual"),
         ),
     ),
     CheckedTable(
@@ -121,16 +138,14 @@ CHECKED_TABLES: tuple[CheckedTable, ...] = (
         description="Per cache: entries of this batch's ID-cache snapshot against the cache size.",
         index_columns=("cache", "id_cache_size", "entries"),
         expectations=(
-            lambda: gx.expectations.ExpectColumnPairValuesAToBeGreaterThanB(
-                column_A="id_cache_size", column_B="entries", or_equal=True,
-                ignore_row_if="either_value_is_missing",
-                meta=_notes("A cache holds at most id_cache_size entries."),
-            ),
-            lambda: gx.expectations.ExpectColumnValuesToBeNull(
-                column="snapshot_problem",
-                meta=_notes("Every cache is declared in the manifest with the entry count it has, "
-                            "and holds a key at most once (a held key is a duplicate, never accepted)."),
-            ),
+            _expect("ExpectColumnPairValuesAToBeGreaterThanB",
+                    "A cache holds at most id_cache_size entries.",
+                    column_A="id_cache_size", column_B="entries", or_equal=True,
+                    ignore_row_if="either_value_is_missing"),
+            _expect("ExpectColumnValuesToBeNull",
+                    "Every cache is declared in the manifest with the entry count it has, "
+                    "and holds a key at most once (a held key is a duplicate, never accepted).",
+                    column="snapshot_problem"),
         ),
     ),
 )

@@ -9,6 +9,12 @@ step and the gate can share one Spark application.
 
 The driver only receives aggregates and bounded samples (``checks.SAMPLE_ROWS`` rows per
 failed expectation); everything proportional to the data stays in Spark.
+
+Cost: GX asks several questions of each table per expectation (counts, sample values, sample
+rows), each a Spark job. So every checked table is computed once and cached, in few
+partitions, before GX sees it (each GX job is then a scan of a small in-memory table, not a
+re-run of the joins and windows), and the Data Docs site is built once per batch rather than
+once per checkpoint. ``result.json`` records the seconds each step took (``timings``).
 """
 
 from __future__ import annotations
@@ -20,10 +26,13 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
+import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 from urllib.parse import unquote, urlparse
 
 from pyspark import StorageLevel
@@ -102,6 +111,7 @@ class GateResult:
     data_docs_path: str | None
     result_path: str
     checked_at: str
+    timings: dict[str, float] = field(default_factory=dict)
 
     @property
     def failed(self) -> list[ExpectationOutcome]:
@@ -124,6 +134,7 @@ class GateResult:
             "checked_at": self.checked_at,
             "expectations": [asdict(e) for e in self.expectations],
             "data_docs_path": self.data_docs_path,
+            "timings": self.timings,
         }
 
 
@@ -185,7 +196,7 @@ def read_batch(spark: SparkSession, warehouse: str, batch_id: str) -> BatchOutpu
 
 
 def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str) -> dict[str, DataFrame]:
-    """Every checked table of ``checks.CHECKED_TABLES``, by name."""
+    """Every checked table of ``checks.CHECKED_TABLES``, by name (lazy DataFrames)."""
     sizes = tables.cache_sizes(spark, batch.manifest)
     return {
         "messages": tables.messages(batch.delivered, batch.dropped),
@@ -194,6 +205,44 @@ def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str) -> d
         "accounting": tables.accounting(spark, batch.manifest, batch.delivered, batch.dropped, batch.quarantine),
         "id_cache": tables.id_cache_occupancy(batch.id_cache, sizes),
     }
+
+
+def materialise(spark: SparkSession, checked: dict[str, DataFrame]) -> dict[str, DataFrame]:
+    """Compute each checked table once and keep it cached for GX's many small queries.
+
+    Without this GX would re-run a table's joins and windows for every metric it resolves.
+    A table is cut to at most the application's default parallelism in partitions (no
+    shuffle): GX's sample queries (``limit 20``) scan a table partition by partition in
+    successive jobs until they have their rows, and a passing table has none to find.
+    """
+    parallelism = max(1, spark.sparkContext.defaultParallelism)
+    cached = {}
+    for name, frame in checked.items():
+        spark.sparkContext.setJobGroup(f"gx-gate-derive-{name}", f"GX gate: compute the checked table {name}")
+        frame = frame.coalesce(parallelism).persist(StorageLevel.MEMORY_AND_DISK)
+        frame.count()
+        cached[name] = frame
+    return cached
+
+
+class StepTimer:
+    """Seconds per step of one gate run, for ``result.json`` (``timings``)."""
+
+    def __init__(self) -> None:
+        self._started = time.perf_counter()
+        self.steps: dict[str, float] = {}
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            key = f"{name}_s"
+            self.steps[key] = round(self.steps.get(key, 0.0) + time.perf_counter() - started, 3)
+
+    def as_dict(self) -> dict[str, float]:
+        return {**self.steps, "total_s": round(time.perf_counter() - self._started, 3)}
 
 
 def _jsonable(value: Any) -> Any:
@@ -251,11 +300,11 @@ def run_gate(
     Raises GateInputError when the batch cannot be checked (not committed, outputs missing).
     A failed check is not an exception: it is ``result.success == False``.
     """
-    from great_expectations.core.run_identifier import RunIdentifier
-
+    timer = StepTimer()
     settings = settings or GateSettings()
     warehouse = warehouse.rstrip("/")
-    batch = read_batch(spark, warehouse, batch_id)
+    with timer.step("read"):
+        batch = read_batch(spark, warehouse, batch_id)
     quality_dir = (settings.quality_dir or f"{warehouse}/quality").rstrip("/")
     local_quality = hadoop_io.local_directory(quality_dir)
     if local_quality is not None:
@@ -264,45 +313,81 @@ def run_gate(
     scratch = None if local_quality is not None else tempfile.mkdtemp(prefix="msgdedup-gx-")
     gx_dir = local_quality if local_quality is not None else scratch
 
-    checked = checked_tables(spark, batch, batch_id)
-    for frame in checked.values():
-        frame.persist(StorageLevel.MEMORY_AND_DISK)
+    with timer.step("import_gx"):
+        # Usually done already (``preload_gx``); otherwise this is where the seconds go.
+        from great_expectations.core.run_identifier import RunIdentifier
+        from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
+
     now = datetime.now(timezone.utc)
+    checked: dict[str, DataFrame] = {}
     try:
-        context = open_context(settings.project_dir or default_project_dir(), gx_dir)
+        with timer.step("derive"):
+            checked = materialise(spark, checked_tables(spark, batch, batch_id))
+        with timer.step("open_context"):
+            context = open_context(settings.project_dir or default_project_dir(), gx_dir)
         run_id = RunIdentifier(run_name=batch_id, run_time=now)
-        outcomes: list[ExpectationOutcome] = []
-        for table in CHECKED_TABLES:
-            checkpoint = context.checkpoints.get(table.name)
-            # Group the Spark jobs by checked table, so the Spark UI shows what the gate does.
-            spark.sparkContext.setJobGroup(f"gx-gate-{table.name}", f"GX gate of batch {batch_id}: {table.name}")
-            result = checkpoint.run(batch_parameters={"dataframe": checked[table.name]}, run_id=run_id)
-            for identifier, validation in result.run_results.items():
-                urls = context.get_docs_sites_urls(resource_identifier=identifier, site_name=DATA_DOCS_SITE)
-                page = _local_url_to_path(urls[0]["site_url"]) if urls else None
-                if scratch is not None and page:
-                    page = quality_dir + "/data_docs" + page[len(f"{scratch}/data_docs"):]
-                outcomes.extend(_outcomes(table.name, validation, page))
+        validated: list[tuple[str, Any, Any]] = []
+        with timer.step("validate"):
+            for table in CHECKED_TABLES:
+                checkpoint = context.checkpoints.get(table.name)
+                # Group the Spark jobs by checked table, so the Spark UI shows what the gate does.
+                spark.sparkContext.setJobGroup(f"gx-gate-{table.name}", f"GX gate of batch {batch_id}: {table.name}")
+                result = checkpoint.run(batch_parameters={"dataframe": checked[table.name]}, run_id=run_id)
+                validated.extend((table.name, identifier, validation)
+                                 for identifier, validation in result.run_results.items())
     finally:
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+        spark.sparkContext.setLocalProperty("spark.job.description", None)
         for frame in checked.values():
             frame.unpersist()
 
-    docs_index = f"{quality_dir}/data_docs/index.html"
-    if scratch is not None:
-        _copy_to_hadoop(spark, f"{scratch}/data_docs", f"{quality_dir}/data_docs")
-        shutil.rmtree(scratch, ignore_errors=True)
+    with timer.step("data_docs"):
+        # One build for the batch's five results: each build also rewrites the site's index.
+        context.build_data_docs(
+            site_names=[DATA_DOCS_SITE],
+            resource_identifiers=[identifier for _, identifier, _ in validated]
+            + [ExpectationSuiteIdentifier(name=name) for name in dict.fromkeys(name for name, _, _ in validated)],
+        )
+        outcomes: list[ExpectationOutcome] = []
+        for name, identifier, validation in validated:
+            urls = context.get_docs_sites_urls(resource_identifier=identifier, site_name=DATA_DOCS_SITE)
+            page = _local_url_to_path(urls[0]["site_url"]) if urls else None
+            if scratch is not None and page:
+                page = quality_dir + "/data_docs" + page[len(f"{scratch}/data_docs"):]
+            outcomes.extend(_outcomes(name, validation, page))
+        if scratch is not None:
+            _copy_to_hadoop(spark, f"{scratch}/data_docs", f"{quality_dir}/data_docs")
+            shutil.rmtree(scratch, ignore_errors=True)
+
     gate = GateResult(
         batch_id=batch_id,
         run_id=batch.manifest.get("run_id"),
         success=all(o.success for o in outcomes),
         expectations=outcomes,
-        data_docs_path=docs_index,
+        data_docs_path=f"{quality_dir}/data_docs/index.html",
         result_path=f"{quality_dir}/{batch_id}/result.json",
         checked_at=now.isoformat(),
     )
+    gate.timings = timer.as_dict()
     hadoop_io.write_text(spark, gate.result_path, json.dumps(gate.to_dict(), indent=2, sort_keys=False) + "\n")
     return gate
+
+
+def preload_gx() -> threading.Thread:
+    """Import Great Expectations in a background thread and return it.
+
+    The import takes several seconds of pure Python; started before the SparkSession, it runs
+    while the JVM starts instead of after it. ``run_gate`` waits for it where it needs GX.
+    """
+    def load() -> None:
+        try:
+            import great_expectations  # noqa: F401
+        except Exception:  # noqa: BLE001 - run_gate's own import reports the error properly
+            log.debug("background import of great_expectations failed", exc_info=True)
+
+    thread = threading.Thread(target=load, name="preload-great-expectations", daemon=True)
+    thread.start()
+    return thread
 
 
 def _copy_to_hadoop(spark: SparkSession, local_dir: str, target: str) -> None:
@@ -340,6 +425,7 @@ def main(argv: list[str] | None = None) -> int:
             return fail(EXIT_USER_ERROR, str(exc))
         if args.gx_project:
             settings = GateSettings(project_dir=Path(args.gx_project), quality_dir=settings.quality_dir)
+        preload_gx()
         spark = SparkSession.builder.appName(f"msgdedup-gx-gate-{args.batch_id}").getOrCreate()
         try:
             result = run_gate(spark, args.warehouse, args.batch_id, settings)

@@ -8,7 +8,11 @@ so that the GX expectation is a plain "this column is null" and the Data Docs pa
 offending rows by name (GX only renders sample *values*, not the rows' keys, in the bounded
 SUMMARY result format that keeps the driver's memory independent of the data size).
 
-Everything is distributed: joins, windows and aggregations; nothing is collected here.
+Everything is distributed: joins, windows and aggregations; nothing is collected here. The
+windows live here rather than in GX expectations (``expect_column_values_to_be_unique``,
+``expect_compound_columns_to_be_unique``): GX re-evaluates an expectation's condition once per
+metric it needs (count, sample values, sample rows), so a window inside the condition is a
+shuffle per metric, while a column computed here is one shuffle that GX then only scans.
 """
 
 from __future__ import annotations
@@ -37,13 +41,27 @@ def messages(delivered: DataFrame, dropped: DataFrame) -> DataFrame:
     """Every delivered and dropped message, labelled with its output.
 
     Checked for the required fields and for message_id uniqueness: a message_id names one
-    delivery attempt, so it may appear in exactly one output, once.
+    delivery attempt, so it may appear in exactly one output, once. ``duplicate_message_id``
+    says how often and where a repeated message_id occurs (null when it occurs once; a
+    missing message_id is the required-field check's business, not this one's).
     """
     columns = ["message_id", "address", "received_at", "source_file", "line_number"]
-    return (
+    rows = (
         delivered.select(F.lit("delivered").alias("output"), *columns)
         .unionByName(dropped.select(F.lit("dropped").alias("output"), *columns))
     )
+    same_id = Window.partitionBy("message_id")
+    copies = F.count(F.lit(1)).over(same_id)
+    delivered_copies = F.sum((F.col("output") == "delivered").cast("long")).over(same_id)
+    repeated = F.when(
+        F.col("message_id").isNotNull() & (copies > 1),
+        F.format_string(
+            "message_id %s is in %d rows (%d delivered, %d dropped); this one: %s, %s line %d",
+            F.col("message_id"), copies, delivered_copies, copies - delivered_copies,
+            F.col("output"), F.col("source_file"), F.col("line_number"),
+        ),
+    )
+    return rows.withColumn("duplicate_message_id", repeated)
 
 
 def key_window(delivered: DataFrame, parent_id_cache: DataFrame, sizes: DataFrame, batch_id: str) -> DataFrame:
@@ -86,7 +104,20 @@ def key_window(delivered: DataFrame, parent_id_cache: DataFrame, sizes: DataFram
             "prev_message_id", "prev_cache_seq", "prev_batch_id", "id_cache_size",
         ),
     )
-    return placed.withColumn("duplicate_within_window", violation)
+    # cache_seq numbers a cache's acceptances: two deliveries sharing one in this batch
+    # means one acceptance was counted twice (and the window arithmetic above is off).
+    same_seq = Window.partitionBy("cache", "cache_seq")
+    sharing = F.count(F.lit(1)).over(same_seq)
+    shared = F.when(
+        F.col("cache_seq").isNotNull() & (sharing > 1),
+        F.format_string(
+            "%s cache_seq %d is used by %d deliveries (message_id %s to %s); this one: %s, key %s",
+            F.col("cache"), F.col("cache_seq"), sharing,
+            F.min("message_id").over(same_seq), F.max("message_id").over(same_seq),
+            F.col("message_id"), F.col("dedup_key"),
+        ),
+    )
+    return placed.withColumn("duplicate_within_window", violation).withColumn("shared_cache_seq", shared)
 
 
 def transactions(delivered: DataFrame, dropped: DataFrame) -> DataFrame:
