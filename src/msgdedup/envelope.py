@@ -127,7 +127,19 @@ def parse_line(raw: bytes) -> Message:
         raise InvalidLine("not valid JSON: nested too deeply") from None
     if not isinstance(document, dict):
         raise InvalidLine(f"a message must be a JSON object, got {_type_name(document)}")
+    if "\\u" in text:
+        _reject_lone_surrogates(document)
     return message_from_document(document)
+
+
+def _reject_lone_surrogates(document: dict) -> None:
+    # json.loads turns "\ud800" into a str that no UTF-8 output (Parquet, Arrow) can hold.
+    try:
+        json.dumps(document, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidLine(
+            f"not valid text: an unpaired UTF-16 surrogate escape (\\u{ord(exc.object[exc.start]):04x})"
+        ) from None
 
 
 def message_from_document(document: dict) -> Message:

@@ -58,3 +58,11 @@ def test_nulls_in_optional_fields_mean_absent():
 def test_invalid_lines(raw, error):
     with pytest.raises(InvalidLine, match=error):
         parse_line(raw)
+
+
+def test_an_unpaired_surrogate_escape_is_an_invalid_line_not_a_crash():
+    # json.loads accepts it, but no Parquet or Arrow string can hold the result.
+    with pytest.raises(InvalidLine, match="unpaired UTF-16 surrogate"):
+        parse_line(b'{"message_id":"m\\ud800","address":"a","received_at":1}')
+    paired = parse_line(b'{"message_id":"m\\ud83d\\ude00","address":"a","received_at":1}')
+    assert paired.message_id == "m\U0001F600"

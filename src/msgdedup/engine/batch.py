@@ -13,12 +13,13 @@ import time
 import uuid
 from datetime import datetime, timezone
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from msgdedup import __version__
 from msgdedup.config import AddressSettings, ConfigError, load_settings
-from msgdedup.engine import kernel, manifest as manifests, transforms
+from msgdedup.engine import kernel, manifest as manifests, parsing, transforms
 from msgdedup.engine.filesystem import HadoopFS
 from msgdedup.engine.reading import InputError, list_input_files, read_lines
 from msgdedup.engine.warehouse import BatchIdError, Warehouse, failpoint, validate_batch_id
@@ -70,34 +71,37 @@ def run_batch(spark: SparkSession, input_path: str, warehouse_root: str, batch_i
     staging = warehouse.staging_dir(batch_id, run_id)
     timer.lap("plan")
 
-    # 1. parse every line once
+    # 1. parse every line once: in the JVM where it is certain, else in Python (parsing.py)
     lines = read_lines(spark, files)
-    file_index = {f.path: (i, f.path) for i, f in enumerate(files)}
     if lines is None:
-        parsed = spark.createDataFrame([], transforms.PARSED_SPARK_SCHEMA)
+        parsed = spark.createDataFrame([], parsing.PARSED_SPARK_SCHEMA)
     else:
-        parsed = transforms.parse_lines(lines, settings, file_index)
-    parsed = _write(parsed, f"{staging}/_work/parsed")
+        fast = _write(parsing.fast_parse(lines), f"{staging}/_work/parsed_fast")
+        slow = _write(parsing.slow_parse(fast.filter("slow")), f"{staging}/_work/parsed_slow")
+        parsed = parsing.parsed_lines(fast, slow)
     failpoint("after_parse")
     timer.lap("parse")
 
-    # 2. order and decide
+    # 2. order and decide, on the key columns only
     valid, invalid = transforms.split_valid(parsed)
-    messages, copies = transforms.flag_duplicate_message_ids(valid)
+    valid = parsing.with_cache_keys(valid, _cache_sizes(spark, valid, settings))
+    keys = valid.select(*transforms.KEY_COLUMNS)
+    messages, copies = transforms.flag_duplicate_message_ids(keys, [f.path for f in files])
     units = transforms.assign_units(messages)
     parent_snapshot = spark.read.parquet(warehouse.output_dir("id_cache", parent)) if parent else None
     counters_in = parent_manifest["caches"] if parent_manifest else {}
     decisions = transforms.decide(
         transforms.decision_stream(units, parent_snapshot), settings, batch_id, counters_in)
     decisions = _write(decisions, f"{staging}/_work/decisions")
+    verdicts = _write(transforms.verdicts(decisions, copies), f"{staging}/_work/verdicts")
     timer.lap("decide")
 
-    # 3. stage the outputs (messages joined with their verdicts once, then split)
-    judged = _write(transforms.with_verdicts(units, decisions), f"{staging}/_work/judged")
+    # 3. stage the outputs: messages joined with their verdicts once (kept), then split
+    judged = transforms.judge(valid, verdicts).persist(StorageLevel.MEMORY_AND_DISK)
     staged = {
         "delivered": transforms.delivered(judged),
         "dropped": transforms.dropped(judged),
-        "quarantine": transforms.quarantine(invalid, copies),
+        "quarantine": transforms.quarantine(invalid, judged),
         "id_cache": transforms.snapshot(decisions),
     }
     written = {}
@@ -111,6 +115,7 @@ def run_batch(spark: SparkSession, input_path: str, warehouse_root: str, batch_i
     counts = _counts(parsed, judged, written["quarantine"])
     caches, fingerprint = _cache_state(transforms.cache_state(decisions))
     invalidate = _check_history(warehouse, batch_id, fingerprint, invalidate_later, run_id)
+    judged.unpersist()
     fs.delete(f"{staging}/_work")
     timer.lap("check")
 
@@ -142,6 +147,8 @@ def _counts(parsed: DataFrame, judged: DataFrame, quarantined: DataFrame) -> dic
     delivered = dropped = 0
     rows = judged.groupBy("address", "outcome", "reason").count().collect()
     for row in rows:
+        if row["outcome"] == transforms.QUARANTINED:
+            continue  # repeated message_ids: counted with the quarantine output
         bucket = by_address.setdefault(row["address"], {"delivered": 0, kernel.DUPLICATE: 0,
                                                          kernel.TRANSACTION_REJECTED: 0})
         if row["outcome"] == kernel.DELIVERED:
@@ -163,6 +170,13 @@ def _counts(parsed: DataFrame, judged: DataFrame, quarantined: DataFrame) -> dic
         "by_reason": by_reason,
         "by_address": dict(sorted(by_address.items())),
     }
+
+
+def _cache_sizes(spark: SparkSession, valid: DataFrame, settings: AddressSettings) -> DataFrame:
+    """id_cache_size of every address in the batch: few rows, matched by config.py once each."""
+    addresses = [r[0] for r in valid.select("address").distinct().collect()]
+    return spark.createDataFrame([(a, settings.id_cache_size(a)) for a in addresses],
+                                 "address string, id_cache_size long")
 
 
 def _cache_state(state: DataFrame) -> tuple[dict[str, dict], str]:

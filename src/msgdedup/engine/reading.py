@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from msgdedup.engine.filesystem import HadoopFS
@@ -25,6 +25,8 @@ PARQUET_SUFFIXES = (".parquet",)
 # Column names of the raw-lines frame.
 RAW = "raw"
 FILE_URI = "file_uri"
+FILE_INDEX = "file_index"
+SOURCE_FILE = "source_file"
 LINE_NUMBER = "line_number"
 
 
@@ -78,9 +80,16 @@ def file_key(uri: str) -> str:
     return unquote(uri)
 
 
-def _json_lines(spark: SparkSession, paths: list[str]) -> DataFrame:
+def _file_table(uris: list[str], files: list[InputFile]) -> dict[str, tuple[int, str]]:
+    """Spark's uri of each file -> (rank of its path, path as listed): the tie-break and the name
+    a data engineer sees."""
+    ranks = {f.path: i for i, f in enumerate(files)}
+    return {uri: (ranks[file_key(uri)], file_key(uri)) for uri in uris}
+
+
+def _json_lines(spark: SparkSession, files: list[InputFile], listing: list[InputFile]) -> DataFrame:
     lines = (
-        spark.read.format("text").load(paths)
+        spark.read.format("text").load([f.path for f in files])
         .select(
             F.col("value").cast("binary").alias(RAW),
             F.col("_metadata.file_path").alias(FILE_URI),
@@ -88,36 +97,36 @@ def _json_lines(spark: SparkSession, paths: list[str]) -> DataFrame:
             F.monotonically_increasing_id().alias("row_in_task"),
         )
     )
+    # One row per split: small, so the running line count per file is done here in Python.
     blocks = (
         lines.groupBy(FILE_URI, "block_start")
         .agg(F.min("row_in_task").alias("first_row"), F.count(F.lit(1)).alias("rows"))
-        .withColumn(
-            "lines_before",
-            F.coalesce(
-                F.sum("rows").over(
-                    Window.partitionBy(FILE_URI).orderBy("block_start")
-                    .rowsBetween(Window.unboundedPreceding, -1)
-                ),
-                F.lit(0),
-            ),
-        )
-        .select(FILE_URI, "block_start", "first_row", "lines_before")
+        .collect()
     )
+    table = _file_table(sorted({b[FILE_URI] for b in blocks}), listing)
+    rows, before = [], {}
+    for b in sorted(blocks, key=lambda b: (b[FILE_URI], b["block_start"])):
+        index, path = table[b[FILE_URI]]
+        seen = before.get(b[FILE_URI], 0)
+        rows.append((b[FILE_URI], b["block_start"], b["first_row"], seen, index, path))
+        before[b[FILE_URI]] = seen + b["rows"]
+    block_table = spark.createDataFrame(
+        rows, f"{FILE_URI} string, block_start long, first_row long, lines_before long, "
+              f"{FILE_INDEX} int, {SOURCE_FILE} string")
     return (
-        lines.join(F.broadcast(blocks), [FILE_URI, "block_start"])
+        lines.join(F.broadcast(block_table), [FILE_URI, "block_start"])
         .select(
-            RAW,
-            FILE_URI,
+            RAW, FILE_INDEX, SOURCE_FILE,
             (F.col("lines_before") + F.col("row_in_task") - F.col("first_row") + 1).alias(LINE_NUMBER),
         )
     )
 
 
-def _parquet_rows(spark: SparkSession, paths: list[str]) -> DataFrame:
+def _parquet_rows(spark: SparkSession, files: list[InputFile], listing: list[InputFile]) -> DataFrame:
     # Parquet rows go through the same validation as JSON lines: each row becomes its JSON text.
-    rows = spark.read.option("mergeSchema", "true").parquet(*paths)
+    rows = spark.read.option("mergeSchema", "true").parquet(*[f.path for f in files])
     data_columns = [c for c in rows.columns]
-    return rows.select(
+    rows = rows.select(
         F.to_json(
             F.struct(*[F.col(f"`{c}`") for c in data_columns]),
             {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"},  # keep microseconds
@@ -125,17 +134,23 @@ def _parquet_rows(spark: SparkSession, paths: list[str]) -> DataFrame:
         F.col("_metadata.file_path").alias(FILE_URI),
         (F.col("_metadata.row_index") + 1).alias(LINE_NUMBER),
     )
+    uris = [r[0] for r in rows.select(FILE_URI).distinct().collect()]
+    table = _file_table(uris, listing)
+    file_table = spark.createDataFrame(
+        [(uri, *table[uri]) for uri in uris], f"{FILE_URI} string, {FILE_INDEX} int, {SOURCE_FILE} string")
+    return rows.join(F.broadcast(file_table), FILE_URI).select(RAW, FILE_INDEX, SOURCE_FILE, LINE_NUMBER)
 
 
 def read_lines(spark: SparkSession, files: list[InputFile]) -> DataFrame | None:
-    """Every input line as (raw bytes, file uri, line number); None for an empty batch."""
+    """Every input line as (raw bytes, file index, source file, line number); None for an empty
+    batch. ``files`` is the sorted listing: the file index is the rank of the file's path."""
     frames = []
-    json_paths = [f.path for f in files if f.format == "json" and f.size > 0]
-    parquet_paths = [f.path for f in files if f.format == "parquet" and f.size > 0]
-    if json_paths:
-        frames.append(_json_lines(spark, json_paths))
-    if parquet_paths:
-        frames.append(_parquet_rows(spark, parquet_paths))
+    json_files = [f for f in files if f.format == "json" and f.size > 0]
+    parquet_files = [f for f in files if f.format == "parquet" and f.size > 0]
+    if json_files:
+        frames.append(_json_lines(spark, json_files, files))
+    if parquet_files:
+        frames.append(_parquet_rows(spark, parquet_files, files))
     if not frames:
         return None
     result = frames[0]

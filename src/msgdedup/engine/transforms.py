@@ -1,10 +1,13 @@
 """The engine's steps, each a function of DataFrames (no I/O, no session state).
 
-    raw lines --parse_lines--> parsed --split_valid--> valid / invalid
-    valid --flag_duplicate_message_ids--> messages (+ quarantined copies)
+    raw lines --parsing--> parsed --split_valid--> valid / invalid
+    valid keys (KEY_COLUMNS) --flag_duplicate_message_ids--> messages (+ quarantined copies)
     messages --assign_units--> units positioned at their commit point
     units + parent snapshot --decide--> verdicts, cache entries, counters
-    messages + verdicts --delivered/dropped--> outputs
+    valid + verdicts --judge--> delivered / dropped / quarantined outputs
+
+Only the narrow key columns go through the ordering and deciding; the wide rows are shuffled
+once, when the verdicts are joined back.
 
 Row identity: ``row_id = file_index << 40 | line_number`` where ``file_index`` is the rank of the
 file's path, so ordering by row_id is ordering by (file path, line number): the spec's tie-break.
@@ -12,95 +15,24 @@ file's path, so ordering by row_id is ordering by (file path, line number): the 
 
 from __future__ import annotations
 
-from typing import Iterator
-
-import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from msgdedup.config import AddressSettings
 from msgdedup.engine import kernel
-from msgdedup.engine.reading import FILE_URI, LINE_NUMBER, RAW, file_key
-from msgdedup.envelope import InvalidLine, parse_line, printable_raw_line
-from msgdedup.keys import cache_key
-
-LINE_BITS = 40
+from msgdedup.engine.parsing import LINE_BITS
 
 MESSAGE_COLUMNS = [
     "message_id", "address", "received_at", "properties", "txn_id", "source_id", "seq", "body",
     "extra_fields", "source_file", "line_number",
 ]
+# What deciding needs of a message: the wide columns (body, properties, ...) stay out of every
+# shuffle but the last one, which joins the verdicts back.
+KEY_COLUMNS = ["row_id", "message_id", "address", "received_us", "txn_id", "cache", "dedup_key"]
+QUARANTINED = "quarantined"
 
-PARSED_SCHEMA = pa.schema([
-    ("row_id", pa.int64()),
-    ("source_file", pa.string()),
-    ("line_number", pa.int64()),
-    ("raw_line", pa.string()),
-    ("error", pa.string()),
-    ("message_id", pa.string()),
-    ("address", pa.string()),
-    ("received_at", pa.timestamp("us", tz="UTC")),
-    ("received_us", pa.int64()),
-    ("properties", pa.map_(pa.string(), pa.string())),
-    ("txn_id", pa.string()),
-    ("source_id", pa.string()),
-    ("seq", pa.int64()),
-    ("body", pa.string()),
-    ("extra_fields", pa.map_(pa.string(), pa.string())),
-    ("cache", pa.string()),
-    ("dedup_key", pa.string()),
-])
-# The same schema for Spark (mapInArrow, empty batches): derived, so the two cannot drift apart.
-PARSED_SPARK_SCHEMA = from_arrow_schema(PARSED_SCHEMA)
 OUTPUT_SPARK_SCHEMA = from_arrow_schema(kernel.OUTPUT_SCHEMA)
-
-
-# -- parse ------------------------------------------------------------------------------------
-def _parse_batches(batches: Iterator[pa.RecordBatch], settings: AddressSettings,
-                   files: dict[str, tuple[int, str]]) -> Iterator[pa.RecordBatch]:
-    for batch in batches:
-        raws = batch.column(RAW).to_pylist()
-        uris = batch.column(FILE_URI).to_pylist()
-        numbers = batch.column(LINE_NUMBER).to_pylist()
-        out = {name: [] for name in PARSED_SCHEMA.names}
-        for raw, uri, number in zip(raws, uris, numbers):
-            file_index, source_file = files[file_key(uri)]
-            out["row_id"].append((file_index << LINE_BITS) | number)
-            out["source_file"].append(source_file)
-            out["line_number"].append(number)
-            out["raw_line"].append(printable_raw_line(raw))
-            try:
-                message = parse_line(raw)
-            except InvalidLine as error:
-                out["error"].append(str(error))
-                for name in PARSED_SCHEMA.names[5:]:
-                    out[name].append(None)
-                continue
-            ck = cache_key(message.address, message.properties, settings)
-            out["error"].append(None)
-            out["message_id"].append(message.message_id)
-            out["address"].append(message.address)
-            out["received_at"].append(message.received_at_us)
-            out["received_us"].append(message.received_at_us)
-            out["properties"].append(list(message.properties.items()))
-            out["txn_id"].append(message.txn_id)
-            out["source_id"].append(message.source_id)
-            out["seq"].append(message.seq)
-            out["body"].append(message.body)
-            out["extra_fields"].append(list(message.extra_fields.items()))
-            out["cache"].append(ck.cache if ck else None)
-            out["dedup_key"].append(ck.key if ck else None)
-        yield pa.RecordBatch.from_pydict(out, schema=PARSED_SCHEMA)
-
-
-def parse_lines(lines: DataFrame, settings: AddressSettings,
-                files: dict[str, tuple[int, str]]) -> DataFrame:
-    """Raw lines -> one row per line: a typed message with its cache and key, or an error.
-
-    ``files`` maps each file's key (see ``reading.file_key``) to (file index, display path).
-    """
-    return lines.mapInArrow(lambda batches: _parse_batches(batches, settings, files), PARSED_SPARK_SCHEMA)
 
 
 def split_valid(parsed: DataFrame) -> tuple[DataFrame, DataFrame]:
@@ -108,48 +40,49 @@ def split_valid(parsed: DataFrame) -> tuple[DataFrame, DataFrame]:
 
 
 # -- message ids ----------------------------------------------------------------------------------
-def flag_duplicate_message_ids(valid: DataFrame) -> tuple[DataFrame, DataFrame]:
+def flag_duplicate_message_ids(keys: DataFrame, source_files: list[str]) -> tuple[DataFrame, DataFrame]:
     """A message_id names one delivery attempt: later copies of one are quarantined.
 
-    Returns (messages, quarantined copies). The first copy in arrival order is kept.
+    ``keys`` has KEY_COLUMNS; ``source_files`` is the batch's sorted file listing (a row_id's
+    file index points into it). Returns (messages, copies as ``row_id, error``); the first copy
+    in arrival order is kept.
     """
-    arrival = F.struct("received_us", "row_id")
     repeated = (
-        valid.groupBy("message_id")
-        .agg(
-            F.count(F.lit(1)).alias("copies"),
-            F.min_by(F.struct("row_id", "source_file", "line_number"), arrival).alias("first"),
-        )
+        keys.groupBy("message_id")
+        .agg(F.count(F.lit(1)).alias("copies"),
+             F.min_by("row_id", F.struct("received_us", "row_id")).alias("first_row"))
         .filter(F.col("copies") > 1)
-        .select("message_id", "first")
+        .select("message_id", "first_row")
     )
-    flagged = valid.join(repeated, "message_id", "left")
-    is_copy = F.col("first").isNotNull() & (F.col("first.row_id") != F.col("row_id"))
-    messages = flagged.filter(~is_copy).drop("first")
-    copies = flagged.filter(is_copy).withColumn(
-        "error",
-        F.format_string(
-            "duplicate message_id '%s' (first at %s:%d)",
-            F.col("message_id"), F.col("first.source_file"), F.col("first.line_number"),
-        ),
-    ).drop("first")
-    return messages, copies
+    flagged = keys.join(repeated, "message_id", "left")
+    is_copy = F.col("first_row").isNotNull() & (F.col("first_row") != F.col("row_id"))
+    names = F.create_map(*[x for i, name in enumerate(source_files) for x in (F.lit(i), F.lit(name))]) \
+        if source_files else F.create_map().cast("map<int,string>")
+    first_file = F.try_element_at(names, F.shiftright("first_row", LINE_BITS).cast("int"))
+    first_line = F.col("first_row").bitwiseAND((1 << LINE_BITS) - 1)
+    copies = flagged.filter(is_copy).select(
+        "row_id",
+        F.format_string("duplicate message_id '%s' (first at %s:%d)",
+                        F.col("message_id"), first_file, first_line).alias("error"),
+    )
+    return flagged.filter(~is_copy).drop("first_row"), copies
 
 
 # -- units ----------------------------------------------------------------------------------------
 def assign_units(messages: DataFrame) -> DataFrame:
     """Position every message's unit: itself, or its transaction's last message (spec §2)."""
-    commit_points = (
-        messages.filter(F.col("txn_id").isNotNull())
-        .groupBy("txn_id")
-        .agg(F.max(F.struct("received_us", "row_id")).alias("commit_point"))
-    )
-    return (
-        messages.join(commit_points, "txn_id", "left")
-        .withColumn("unit_us", F.coalesce(F.col("commit_point.received_us"), F.col("received_us")))
-        .withColumn("unit_row", F.coalesce(F.col("commit_point.row_id"), F.col("row_id")))
+    in_txn = messages.filter(F.col("txn_id").isNotNull())
+    commit_points = in_txn.groupBy("txn_id").agg(F.max(F.struct("received_us", "row_id")).alias("commit_point"))
+    singles = (messages.filter(F.col("txn_id").isNull())
+               .withColumn("unit_us", F.col("received_us")).withColumn("unit_row", F.col("row_id")))
+    # Joined apart from the single messages: they all share the null txn_id, one skewed partition.
+    transactions = (
+        in_txn.join(commit_points, "txn_id")
+        .withColumn("unit_us", F.col("commit_point.received_us"))
+        .withColumn("unit_row", F.col("commit_point.row_id"))
         .drop("commit_point")
     )
+    return singles.unionByName(transactions)
 
 
 # -- decide ---------------------------------------------------------------------------------------
@@ -202,10 +135,19 @@ def decide(stream: DataFrame, settings: AddressSettings, batch_id: str,
 
 
 # -- outputs --------------------------------------------------------------------------------------
-def with_verdicts(messages: DataFrame, decisions: DataFrame) -> DataFrame:
-    verdicts = decisions.filter(F.col("record_type") == kernel.VERDICT).select(
-        "row_id", "outcome", "reason", "duplicate_of", "cache_seq")
-    return messages.join(verdicts, "row_id")
+def verdicts(decisions: DataFrame, copies: DataFrame) -> DataFrame:
+    """One row per valid message: the kernel's verdict, or quarantined as a repeated message_id."""
+    decided = decisions.filter(F.col("record_type") == kernel.VERDICT).select(
+        "row_id", "outcome", "reason", "duplicate_of", "cache_seq", F.lit(None).cast("string").alias("error"))
+    quarantined = copies.select(
+        "row_id", F.lit(QUARANTINED).alias("outcome"), F.lit(None).cast("string").alias("reason"),
+        F.lit(None).cast("string").alias("duplicate_of"), F.lit(None).cast("long").alias("cache_seq"), "error")
+    return decided.unionByName(quarantined)
+
+
+def judge(valid: DataFrame, verdicts: DataFrame) -> DataFrame:
+    """Valid messages (all their columns) with their verdicts: the one shuffle of wide rows."""
+    return valid.drop("error").join(verdicts, "row_id")
 
 
 def delivered(judged: DataFrame) -> DataFrame:
@@ -224,10 +166,10 @@ def dropped(judged: DataFrame) -> DataFrame:
     )
 
 
-def quarantine(invalid: DataFrame, copies: DataFrame) -> DataFrame:
-    columns = ["raw_line", "source_file", "line_number", "error"]
-    return invalid.select(*columns, "row_id").unionByName(copies.select(*columns, "row_id")) \
-        .sortWithinPartitions("row_id").drop("row_id")
+def quarantine(invalid: DataFrame, judged: DataFrame) -> DataFrame:
+    columns = ["raw_line", "source_file", "line_number", "error", "row_id"]
+    copies = judged.filter(F.col("outcome") == QUARANTINED).select(*columns)
+    return invalid.select(*columns).unionByName(copies).sortWithinPartitions("row_id").drop("row_id")
 
 
 def snapshot(decisions: DataFrame) -> DataFrame:

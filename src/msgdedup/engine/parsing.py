@@ -1,0 +1,195 @@
+"""Raw lines -> typed messages or readable errors, mostly without leaving the JVM.
+
+The envelope's rules live in one place, ``msgdedup.envelope``, in Python. Running that for every
+line means shipping every line to a Python worker and back, which was the most expensive step of
+a batch. So the lines are split in two:
+
+* the **fast path**, in Spark SQL: lines that are *certainly* valid and that the JVM decodes to
+  exactly the values ``envelope.parse_line`` would give. The test is deliberately narrow (the
+  whole line matches a regular expression for a flat JSON object with only the known fields,
+  string values without ``\\u`` escapes, integers of at most 18 digits, an ISO timestamp of one
+  plain shape or epoch milliseconds) so that the two decoders cannot disagree on it;
+* everything else (errors, unknown fields, nulls, floats, escapes, unusual timestamps) goes to
+  ``envelope.parse_line`` in a Python worker, which decides and words the error.
+
+A property test feeds both paths the same generated lines (tests/engine/test_parsing.py): for any
+line the fast path takes, its values must equal the Python ones. Spark's own ``from_json`` cannot
+be the fast path: it coerces types (a number read as a string) and reads ``{"a":1} junk`` as valid.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from msgdedup.envelope import (
+    BRIDGE_DUPLICATE_ID_PROPERTY, DUPLICATE_ID_PROPERTY, InvalidLine, _MAX_EPOCH_MS, _MIN_EPOCH_MS,
+    parse_line, printable_raw_line,
+)
+from msgdedup.engine.reading import FILE_INDEX, LINE_NUMBER, RAW, SOURCE_FILE
+from msgdedup.keys import BRIDGE_CACHE_PREFIX
+
+LINE_BITS = 40
+
+PARSED_SCHEMA = pa.schema([
+    ("row_id", pa.int64()),
+    ("source_file", pa.string()),
+    ("line_number", pa.int64()),
+    ("raw_line", pa.string()),
+    ("error", pa.string()),
+    ("message_id", pa.string()),
+    ("address", pa.string()),
+    ("received_at", pa.timestamp("us", tz="UTC")),
+    ("received_us", pa.int64()),
+    ("properties", pa.map_(pa.string(), pa.string())),
+    ("txn_id", pa.string()),
+    ("source_id", pa.string()),
+    ("seq", pa.int64()),
+    ("body", pa.string()),
+    ("extra_fields", pa.map_(pa.string(), pa.string())),
+])
+# The same schema for Spark (mapInArrow, empty batches): derived, so the two cannot drift apart.
+PARSED_SPARK_SCHEMA = from_arrow_schema(PARSED_SCHEMA)
+PARSED_COLUMNS = PARSED_SCHEMA.names
+
+# -- the fast path's test -------------------------------------------------------------------------
+_WS = r"[ \t\r]*"
+# a JSON string without control characters and without \u escapes (lone surrogates, NUL, ...)
+_STRING = r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt])*+"'
+# a property name that schema_of_variant prints without angle brackets
+_NAME = r'"(?:[^"\\\x00-\x1f<>]|\\["\\/bfnrt])*+"'
+_INTEGER = r"-?(?:0|[1-9][0-9]{0,17})"  # always a BIGINT in a variant, and a Python int
+_SCALAR = f"(?:{_STRING}|{_INTEGER})"
+_MEMBER = f"{_NAME}{_WS}:{_WS}{_SCALAR}"
+_FLAT_OBJECT = rf"\{{{_WS}(?:{_MEMBER}(?:{_WS},{_WS}{_MEMBER})*+)?{_WS}\}}"
+_FIELD = f"{_STRING}{_WS}:{_WS}(?:{_SCALAR}|{_FLAT_OBJECT})"
+# \z rather than $: in Java, $ also matches before a final line terminator such as \u2028.
+LINE_PATTERN = rf"^{_WS}\{{{_WS}{_FIELD}(?:{_WS},{_WS}{_FIELD})*+{_WS}\}}{_WS}\z"
+# The fields of such a line, as schema_of_variant prints them (keys sorted): only known fields,
+# each of its envelope type.
+SHAPE_PATTERN = (
+    r"^OBJECT<address: STRING, (body: STRING, )?message_id: STRING, "
+    r"(properties: OBJECT<[^<>]*>, )?received_at: (STRING|BIGINT)"
+    r"(, seq: BIGINT)?(, source_id: STRING)?(, txn_id: STRING)?>\z"
+)
+# One timestamp shape both Spark and datetime.fromisoformat read as the same instant.
+TIMESTAMP_PATTERN = (
+    r"^[1-9][0-9]{3}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?"
+    r"(Z|[+-](0[0-9]|1[0-7]):[0-5][0-9])\z"
+)
+
+
+def fast_parse(lines: DataFrame) -> DataFrame:
+    """Lines -> PARSED_COLUMNS plus ``raw`` and ``slow``: ``slow`` rows are left for
+    ``slow_parse`` (their other columns are null), every other row is a valid message."""
+    text = F.col(RAW).cast("string")
+    v = F.col("_v")
+    received_kind = F.schema_of_variant(F.variant_get(v, "$.received_at", "variant"))
+    iso = F.variant_get(v, "$.received_at", "string")
+    epoch_ms = F.variant_get(v, "$.received_at", "bigint")
+    received_at = F.when(
+        received_kind == "STRING", F.when(iso.rlike(TIMESTAMP_PATTERN), iso.try_cast("timestamp")),
+    ).when(
+        received_kind == "BIGINT",
+        F.when(epoch_ms.between(_MIN_EPOCH_MS, _MAX_EPOCH_MS), F.timestamp_micros(epoch_ms * 1000)),
+    )
+    message_id = F.variant_get(v, "$.message_id", "string")
+    address = F.variant_get(v, "$.address", "string")
+    fast = (
+        F.col("_v").isNotNull()
+        & F.col("_shape").rlike(SHAPE_PATTERN)
+        & (message_id != "") & (address != "")
+        & F.col("_received_at").isNotNull()
+    )
+    empty_map = F.create_map().cast("map<string,string>")
+    checked = (
+        lines
+        .withColumn("_v", F.when(F.is_valid_utf8(RAW) & text.rlike(LINE_PATTERN), F.try_parse_json(text)))
+        .withColumn("_shape", F.schema_of_variant("_v"))
+        .withColumn("_received_at", received_at)
+        .withColumn("slow", ~F.coalesce(fast, F.lit(False)))
+    )
+    when_fast = lambda column: F.when(~F.col("slow"), column)  # noqa: E731
+    return checked.select(
+        ((F.col(FILE_INDEX).cast("long") * (1 << LINE_BITS)) + F.col(LINE_NUMBER)).alias("row_id"),
+        F.col(SOURCE_FILE).alias("source_file"),
+        F.col(LINE_NUMBER).alias("line_number"),
+        when_fast(text).alias("raw_line"),
+        F.lit(None).cast("string").alias("error"),
+        when_fast(message_id).alias("message_id"),
+        when_fast(address).alias("address"),
+        when_fast(F.col("_received_at")).alias("received_at"),
+        when_fast(F.unix_micros("_received_at")).alias("received_us"),
+        when_fast(F.coalesce(F.variant_get(v, "$.properties", "map<string,string>"), empty_map)).alias("properties"),
+        *[when_fast(F.variant_get(v, f"$.{name}", "string")).alias(name) for name in ("txn_id", "source_id")],
+        when_fast(F.variant_get(v, "$.seq", "bigint")).alias("seq"),
+        when_fast(F.variant_get(v, "$.body", "string")).alias("body"),
+        when_fast(empty_map).alias("extra_fields"),
+        F.when(F.col("slow"), F.col(RAW)).alias(RAW),
+        "slow",
+    )
+
+
+# -- the slow path: envelope.py in a Python worker -----------------------------------------------
+def _parse_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        c = batch.to_pydict()
+        out = {name: [] for name in PARSED_COLUMNS}
+        for row_id, source_file, number, raw in zip(c["row_id"], c["source_file"], c["line_number"], c[RAW]):
+            out["row_id"].append(row_id)
+            out["source_file"].append(source_file)
+            out["line_number"].append(number)
+            out["raw_line"].append(printable_raw_line(raw))
+            try:
+                message = parse_line(raw)
+            except InvalidLine as error:
+                out["error"].append(str(error))
+                for name in PARSED_COLUMNS[5:]:
+                    out[name].append(None)
+                continue
+            out["error"].append(None)
+            out["message_id"].append(message.message_id)
+            out["address"].append(message.address)
+            out["received_at"].append(message.received_at_us)
+            out["received_us"].append(message.received_at_us)
+            out["properties"].append(list(message.properties.items()))
+            out["txn_id"].append(message.txn_id)
+            out["source_id"].append(message.source_id)
+            out["seq"].append(message.seq)
+            out["body"].append(message.body)
+            out["extra_fields"].append(list(message.extra_fields.items()))
+        yield pa.RecordBatch.from_pydict(out, schema=PARSED_SCHEMA)
+
+
+def slow_parse(slow_rows: DataFrame) -> DataFrame:
+    """The ``slow`` rows of ``fast_parse``, decided by ``envelope.parse_line``."""
+    return slow_rows.select("row_id", "source_file", "line_number", RAW).mapInArrow(
+        _parse_batches, PARSED_SPARK_SCHEMA)
+
+
+def parsed_lines(fast: DataFrame, slow: DataFrame) -> DataFrame:
+    """Every line once: the fast rows and the decided slow ones."""
+    return fast.filter(~F.col("slow")).select(*PARSED_COLUMNS).unionByName(slow.select(*PARSED_COLUMNS))
+
+
+# -- keys -------------------------------------------------------------------------------------------
+def with_cache_keys(messages: DataFrame, cache_sizes: DataFrame) -> DataFrame:
+    """Add ``cache`` and ``dedup_key`` (msgdedup.keys.cache_key, as a column expression).
+
+    ``cache_sizes`` has one row per address of the batch (``address``, ``id_cache_size``): the
+    Artemis-style address matching stays in Python (config.py) and runs once per address.
+    """
+    bridge = F.try_element_at("properties", F.lit(BRIDGE_DUPLICATE_ID_PROPERTY))
+    duplicate_id = F.try_element_at("properties", F.lit(DUPLICATE_ID_PROPERTY))
+    checked = F.col("id_cache_size") > 0
+    return (
+        messages.join(F.broadcast(cache_sizes), "address", "left")
+        .withColumn("cache", F.when(checked & bridge.isNotNull(), F.concat(F.lit(BRIDGE_CACHE_PREFIX), "address"))
+                    .when(checked & duplicate_id.isNotNull(), F.col("address")))
+        .withColumn("dedup_key", F.when(checked, F.coalesce(bridge, duplicate_id)))
+        .drop("id_cache_size")
+    )
