@@ -8,11 +8,13 @@ so that the GX expectation is a plain "this column is null" and the Data Docs pa
 offending rows by name (GX only renders sample *values*, not the rows' keys, in the bounded
 SUMMARY result format that keeps the driver's memory independent of the data size).
 
-Everything is distributed: joins, windows and aggregations; nothing is collected here. The
-windows live here rather than in GX expectations (``expect_column_values_to_be_unique``,
+Everything is distributed: joins, windows and aggregations; nothing is collected here.
+Uniqueness is checked here rather than by GX expectations (``expect_column_values_to_be_unique``,
 ``expect_compound_columns_to_be_unique``): GX re-evaluates an expectation's condition once per
 metric it needs (count, sample values, sample rows), so a window inside the condition is a
-shuffle per metric, while a column computed here is one shuffle that GX then only scans.
+shuffle per metric, while a column computed here is computed once and GX then only scans it.
+And it is checked by aggregation, not by a window over every row: the repeated values are
+normally few, so joining them back to the rows is cheap, where a window sorts every row.
 """
 
 from __future__ import annotations
@@ -42,26 +44,42 @@ def messages(delivered: DataFrame, dropped: DataFrame) -> DataFrame:
 
     Checked for the required fields and for message_id uniqueness: a message_id names one
     delivery attempt, so it may appear in exactly one output, once. ``duplicate_message_id``
-    says how often and where a repeated message_id occurs (null when it occurs once; a
-    missing message_id is the required-field check's business, not this one's).
+    says how often, and where, a repeated message_id occurs (null when it occurs once; a
+    missing message_id is the required-field check's finding, not this one's).
     """
     columns = ["message_id", "address", "received_at", "source_file", "line_number"]
     rows = (
         delivered.select(F.lit("delivered").alias("output"), *columns)
         .unionByName(dropped.select(F.lit("dropped").alias("output"), *columns))
     )
-    same_id = Window.partitionBy("message_id")
-    copies = F.count(F.lit(1)).over(same_id)
-    delivered_copies = F.sum((F.col("output") == "delivered").cast("long")).over(same_id)
-    repeated = F.when(
-        F.col("message_id").isNotNull() & (copies > 1),
+    repeated = (
+        rows.where(F.col("message_id").isNotNull())
+        .groupBy("message_id")
+        .agg(F.count(F.lit(1)).alias("_copies"),
+             F.sum((F.col("output") == "delivered").cast("long")).alias("_delivered_copies"))
+        .where(F.col("_copies") > 1)
+    )
+    description = F.when(
+        F.col("_copies").isNotNull(),
         F.format_string(
             "message_id %s is in %d rows (%d delivered, %d dropped); this one: %s, %s line %d",
-            F.col("message_id"), copies, delivered_copies, copies - delivered_copies,
-            F.col("output"), F.col("source_file"), F.col("line_number"),
+            F.col("message_id"), F.col("_copies"), F.col("_delivered_copies"),
+            F.col("_copies") - F.col("_delivered_copies"), F.col("output"), F.col("source_file"),
+            F.col("line_number"),
         ),
     )
-    return rows.withColumn("duplicate_message_id", repeated)
+    return (
+        rows.join(repeated, "message_id", "left")
+        .select("output", *columns, description.alias("duplicate_message_id"))
+    )
+
+
+def _same_key(left: DataFrame, right: DataFrame, columns: tuple[str, ...], how: str) -> DataFrame:
+    """``left`` joined to ``right`` on ``columns`` with null equal to null, as a window's
+    partitioning would group them (``right`` is usually derived from ``left``: renamed apart)."""
+    renamed = right.select(*[F.col(c).alias(f"_right_{c}") for c in columns])
+    condition = [left[c].eqNullSafe(renamed[f"_right_{c}"]) for c in columns]
+    return left.join(renamed, condition, how)
 
 
 def key_window(delivered: DataFrame, parent_id_cache: DataFrame, sizes: DataFrame, batch_id: str) -> DataFrame:
@@ -73,6 +91,10 @@ def key_window(delivered: DataFrame, parent_id_cache: DataFrame, sizes: DataFram
     pushed out: its two ``cache_seq`` must be more than ``id_cache_size`` apart.
     A key that is not in the parent snapshot was pushed out before this batch, which can only
     make the gap larger, so the snapshot is all the history needed.
+
+    Only keys accepted more than once (in this batch and the snapshot together) have a
+    previous acceptance; they are found by aggregation and only their acceptances are put in
+    order, the rest has none.
     """
     current = delivered.where(F.col("cache").isNotNull()).select(
         "cache", "dedup_key", "cache_seq", "message_id",
@@ -82,15 +104,29 @@ def key_window(delivered: DataFrame, parent_id_cache: DataFrame, sizes: DataFram
         "cache", "dedup_key", "cache_seq", "message_id", "accepted_batch_id",
         F.lit(False).alias("_in_batch"),
     )
-    by_key = Window.partitionBy("cache", "dedup_key").orderBy(
+    acceptances = current.unionByName(history)
+    key = ("cache", "dedup_key")
+    again = (
+        acceptances.groupBy(*key).agg(F.count(F.lit(1)).alias("_n")).where(F.col("_n") > 1).select(*key)
+    )
+    by_key = Window.partitionBy(*key).orderBy(
         F.col("cache_seq").asc_nulls_first(), F.col("_in_batch"), F.col("message_id")
     )
-    placed = (
-        current.unionByName(history)
+    repeated = (
+        _same_key(acceptances, again, key, "left_semi")
         .withColumn("prev_message_id", F.lag("message_id").over(by_key))
         .withColumn("prev_cache_seq", F.lag("cache_seq").over(by_key))
         .withColumn("prev_batch_id", F.lag("accepted_batch_id").over(by_key))
         .where(F.col("_in_batch"))
+    )
+    first = _same_key(current, again, key, "left_anti").select(
+        "*",
+        F.lit(None).cast("string").alias("prev_message_id"),
+        F.lit(None).cast("long").alias("prev_cache_seq"),
+        F.lit(None).cast("string").alias("prev_batch_id"),
+    )
+    placed = (
+        repeated.unionByName(first)
         .drop("_in_batch", "accepted_batch_id")
         .join(sizes.select("cache", "id_cache_size"), "cache", "left")
         .withColumn("seq_gap", F.col("cache_seq") - F.col("prev_cache_seq"))
@@ -106,18 +142,24 @@ def key_window(delivered: DataFrame, parent_id_cache: DataFrame, sizes: DataFram
     )
     # cache_seq numbers a cache's acceptances: two deliveries sharing one in this batch
     # means one acceptance was counted twice (and the window arithmetic above is off).
-    same_seq = Window.partitionBy("cache", "cache_seq")
-    sharing = F.count(F.lit(1)).over(same_seq)
+    shared_numbers = (
+        current.where(F.col("cache_seq").isNotNull())
+        .groupBy("cache", "cache_seq")
+        .agg(F.count(F.lit(1)).alias("_sharing"), F.min("message_id").alias("_first_id"),
+             F.max("message_id").alias("_last_id"))
+        .where(F.col("_sharing") > 1)
+    )
     shared = F.when(
-        F.col("cache_seq").isNotNull() & (sharing > 1),
+        F.col("_sharing").isNotNull(),
         F.format_string(
             "%s cache_seq %d is used by %d deliveries (message_id %s to %s); this one: %s, key %s",
-            F.col("cache"), F.col("cache_seq"), sharing,
-            F.min("message_id").over(same_seq), F.max("message_id").over(same_seq),
-            F.col("message_id"), F.col("dedup_key"),
+            "cache", "cache_seq", "_sharing", "_first_id", "_last_id", "message_id", "dedup_key",
         ),
     )
-    return placed.withColumn("duplicate_within_window", violation).withColumn("shared_cache_seq", shared)
+    return (
+        placed.join(shared_numbers, ["cache", "cache_seq"], "left")
+        .select(*placed.columns, violation.alias("duplicate_within_window"), shared.alias("shared_cache_seq"))
+    )
 
 
 def transactions(delivered: DataFrame, dropped: DataFrame) -> DataFrame:
@@ -207,9 +249,11 @@ def id_cache_occupancy(id_cache: DataFrame, sizes: DataFrame) -> DataFrame:
     already forgotten (false duplicates); a key twice in one cache would mean the cache
     accepted a key it held; a cache missing from the manifest has no declared size.
     """
-    per_cache = id_cache.groupBy("cache").agg(
-        F.count(F.lit(1)).alias("entries"),
-        F.countDistinct("dedup_key").alias("distinct_keys"),
+    # Two plain aggregations rather than countDistinct: the same shuffle, less work per row.
+    per_key = id_cache.groupBy("cache", "dedup_key").agg(F.count(F.lit(1)).alias("_held"))
+    per_cache = per_key.groupBy("cache").agg(
+        F.sum("_held").alias("entries"),
+        F.count("dedup_key").alias("distinct_keys"),
     )
     table = per_cache.join(sizes, "cache", "full").select(
         "cache",
