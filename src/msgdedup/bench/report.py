@@ -23,7 +23,7 @@ PEER_LABELS = {
     "ours": "ours (dedup_batch.py)",
     "naive": "naive Spark (row_number)",
     "streaming": "Structured Streaming (dropDuplicatesWithinWatermark)",
-    "gx_gate": "GX gate (gx_gate.py)",
+    "gx_gate": "GX gate (gx_gate.py; × dedup compares in-app seconds)",
 }
 DOCS_START = "<!-- bench:results:start -->"
 DOCS_END = "<!-- bench:results:end -->"
@@ -148,6 +148,10 @@ def markdown(results: dict[str, Any]) -> str:
             if not r:
                 continue
             note = r.get("note") or ""
+            if peer == "ours" and r.get("engine_s"):
+                note = f"{note}; in-app {_fmt(r['engine_s'], 1)} s".lstrip("; ")
+            if peer == "gx_gate" and r.get("gate_s"):
+                note = f"{note}; in-app {_fmt(r['gate_s'], 1)} s = **{_fmt(r.get('x_ours'))}× dedup's**".lstrip("; ")
             if r.get("error"):
                 note = f"FAILED: {r['error']}"
             lines.append(
