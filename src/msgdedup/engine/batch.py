@@ -101,7 +101,7 @@ def run_batch(spark: SparkSession, input_path: str, warehouse_root: str, batch_i
     staged = {
         "delivered": transforms.delivered(judged),
         "dropped": transforms.dropped(judged),
-        "quarantine": transforms.quarantine(invalid, judged),
+        "quarantine": transforms.quarantine(invalid, valid, verdicts),
         "id_cache": transforms.snapshot(decisions),
     }
     written = {}

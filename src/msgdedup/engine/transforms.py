@@ -146,8 +146,8 @@ def verdicts(decisions: DataFrame, copies: DataFrame) -> DataFrame:
 
 
 def judge(valid: DataFrame, verdicts: DataFrame) -> DataFrame:
-    """Valid messages (all their columns) with their verdicts: the one shuffle of wide rows."""
-    return valid.drop("error").join(verdicts, "row_id")
+    """Valid messages with their verdicts: the one shuffle of wide rows (raw lines stay out)."""
+    return valid.drop("error", "raw_line").join(verdicts, "row_id")
 
 
 def delivered(judged: DataFrame) -> DataFrame:
@@ -166,9 +166,11 @@ def dropped(judged: DataFrame) -> DataFrame:
     )
 
 
-def quarantine(invalid: DataFrame, judged: DataFrame) -> DataFrame:
+def quarantine(invalid: DataFrame, valid: DataFrame, verdicts: DataFrame) -> DataFrame:
+    """Invalid lines and repeated message_ids, with their raw lines, in input order."""
     columns = ["raw_line", "source_file", "line_number", "error", "row_id"]
-    copies = judged.filter(F.col("outcome") == QUARANTINED).select(*columns)
+    repeated = verdicts.filter(F.col("outcome") == QUARANTINED).select("row_id", "error")
+    copies = valid.drop("error").join(repeated, "row_id").select(*columns)
     return invalid.select(*columns).unionByName(copies).sortWithinPartitions("row_id").drop("row_id")
 
 
