@@ -88,7 +88,7 @@ def fast_parse(lines: DataFrame) -> DataFrame:
     ``slow_parse`` (their other columns are null), every other row is a valid message."""
     text = F.col(RAW).cast("string")
     v = F.col("_v")
-    received_kind = F.schema_of_variant(F.variant_get(v, "$.received_at", "variant"))
+    received_kind = F.col("_received_kind")  # STRING or BIGINT; "" when the shape is not ours
     iso = F.variant_get(v, "$.received_at", "string")
     epoch_ms = F.variant_get(v, "$.received_at", "bigint")
     received_at = F.when(
@@ -97,19 +97,16 @@ def fast_parse(lines: DataFrame) -> DataFrame:
         received_kind == "BIGINT",
         F.when(epoch_ms.between(_MIN_EPOCH_MS, _MAX_EPOCH_MS), F.timestamp_micros(epoch_ms * 1000)),
     )
-    message_id = F.variant_get(v, "$.message_id", "string")
-    address = F.variant_get(v, "$.address", "string")
-    fast = (
-        F.col("_v").isNotNull()
-        & F.col("_shape").rlike(SHAPE_PATTERN)
-        & (message_id != "") & (address != "")
-        & F.col("_received_at").isNotNull()
-    )
+    message_id, address = F.col("_message_id"), F.col("_address")
+    fast = (message_id != "") & (address != "") & F.col("_received_at").isNotNull()
     empty_map = F.create_map().cast("map<string,string>")
+    # One projection per step, so the JSON is parsed once and each field is read once.
     checked = (
         lines
         .withColumn("_v", F.when(F.is_valid_utf8(RAW) & text.rlike(LINE_PATTERN), F.try_parse_json(text)))
-        .withColumn("_shape", F.schema_of_variant("_v"))
+        .withColumn("_received_kind", F.regexp_extract(F.schema_of_variant("_v"), SHAPE_PATTERN, 3))
+        .withColumn("_message_id", F.variant_get(v, "$.message_id", "string"))
+        .withColumn("_address", F.variant_get(v, "$.address", "string"))
         .withColumn("_received_at", received_at)
         .withColumn("slow", ~F.coalesce(fast, F.lit(False)))
     )
