@@ -11,10 +11,11 @@ The driver only receives aggregates and bounded samples (``checks.SAMPLE_ROWS`` 
 failed expectation); everything proportional to the data stays in Spark.
 
 Cost: GX asks several questions of each table per expectation (counts, sample values, sample
-rows), each a Spark job. So every checked table is computed once and cached, in few
-partitions, before GX sees it (each GX job is then a scan of a small in-memory table, not a
-re-run of the joins and windows), and the Data Docs site is built once per batch rather than
-once per checkpoint. ``result.json`` records the seconds each step took (``timings``).
+rows), each a Spark job, so every checked table is computed once and cached before GX sees it
+(``materialise.py``); GX validates each table as soon as it is cached, while the others are
+still being computed. The Data Docs site is built once per batch rather than once per
+checkpoint. ``result.json`` records the seconds each step took (``timings``; ``derive_s``
+overlaps ``validate_s``).
 """
 
 from __future__ import annotations
@@ -28,19 +29,18 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 from urllib.parse import unquote, urlparse
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
 from msgdedup.quality import hadoop_io, tables
 from msgdedup.quality.checks import CHECKED_TABLES, DATA_DOCS_SITE
+from msgdedup.quality.materialise import MaterialisedTables, gate_session
 from msgdedup.quality.project import default_project_dir, open_context
 
 log = logging.getLogger(__name__)
@@ -196,62 +196,16 @@ def read_batch(spark: SparkSession, warehouse: str, batch_id: str) -> BatchOutpu
     return BatchOutputs(manifest=manifest, parent_id_cache=parent_id_cache, **outputs)
 
 
-def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str) -> dict[str, DataFrame]:
-    """Every checked table of ``checks.CHECKED_TABLES``, by name (lazy DataFrames)."""
+def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str) -> dict[str, Callable[[], DataFrame]]:
+    """How to build each checked table of ``checks.CHECKED_TABLES``, by name (lazy DataFrames)."""
     sizes = tables.cache_sizes(spark, batch.manifest)
     return {
-        "messages": tables.messages(batch.delivered, batch.dropped),
-        "key_window": tables.key_window(batch.delivered, batch.parent_id_cache, sizes, batch_id),
-        "transactions": tables.transactions(batch.delivered, batch.dropped),
-        "accounting": tables.accounting(spark, batch.manifest, batch.delivered, batch.dropped, batch.quarantine),
-        "id_cache": tables.id_cache_occupancy(batch.id_cache, sizes),
+        "messages": lambda: tables.messages(batch.delivered, batch.dropped),
+        "key_window": lambda: tables.key_window(batch.delivered, batch.parent_id_cache, sizes, batch_id),
+        "transactions": lambda: tables.transactions(batch.delivered, batch.dropped),
+        "accounting": lambda: tables.accounting(spark, batch.manifest, batch.delivered, batch.dropped, batch.quarantine),
+        "id_cache": lambda: tables.id_cache_occupancy(batch.id_cache, sizes),
     }
-
-
-class MaterialisedTables:
-    """The checked tables, each computed once and cached, computed in background threads.
-
-    Without the cache GX would re-run a table's joins and aggregations for every metric it
-    resolves. The tables are computed concurrently, and while GX validates one table the
-    others are still being computed: GX's queries are small, so Spark's cores would otherwise
-    wait on GX's Python code between them (and on each other's stage boundaries).
-
-    A table is cut to at most the application's default parallelism in partitions (no
-    shuffle): GX's sample queries (``limit 20``) scan a table partition by partition in
-    successive jobs until they have their rows, and a passing table has none to find.
-    """
-
-    def __init__(self, spark: SparkSession, frames: dict[str, DataFrame]) -> None:
-        parallelism = max(1, spark.sparkContext.defaultParallelism)
-        self._spark = spark
-        self._started = time.perf_counter()
-        self._finished: dict[str, float] = {}
-        self._frames = {name: frame.coalesce(parallelism).persist(StorageLevel.MEMORY_AND_DISK)
-                        for name, frame in frames.items()}
-        self._pool = ThreadPoolExecutor(max_workers=len(frames), thread_name_prefix="gx-gate-derive")
-        self._computed = {name: self._pool.submit(self._compute, name, frame) for name, frame in self._frames.items()}
-
-    def _compute(self, name: str, frame: DataFrame) -> None:
-        # Job groups are per thread: the Spark UI shows which table a job computes.
-        self._spark.sparkContext.setJobGroup(f"gx-gate-derive-{name}", f"GX gate: compute the checked table {name}")
-        frame.count()
-        self._finished[name] = time.perf_counter()
-
-    def get(self, name: str) -> DataFrame:
-        """Table ``name``, once cached (re-raises what computing it raised)."""
-        self._computed[name].result()
-        return self._frames[name]
-
-    def seconds(self) -> float:
-        """From the start until the last table was cached."""
-        return round(max(self._finished.values(), default=self._started) - self._started, 3)
-
-    def close(self) -> None:
-        for future in self._computed.values():
-            future.cancel()
-        self._pool.shutdown(wait=True)
-        for frame in self._frames.values():
-            frame.unpersist()
 
 
 class StepTimer:
@@ -332,8 +286,9 @@ def run_gate(
     timer = StepTimer()
     settings = settings or GateSettings()
     warehouse = warehouse.rstrip("/")
+    session = gate_session(spark)
     with timer.step("read"):
-        batch = read_batch(spark, warehouse, batch_id)
+        batch = read_batch(session, warehouse, batch_id)
     quality_dir = (settings.quality_dir or f"{warehouse}/quality").rstrip("/")
     local_quality = hadoop_io.local_directory(quality_dir)
     if local_quality is not None:
@@ -342,29 +297,28 @@ def run_gate(
     scratch = None if local_quality is not None else tempfile.mkdtemp(prefix="msgdedup-gx-")
     gx_dir = local_quality if local_quality is not None else scratch
 
-    with timer.step("import_gx"):
-        # Usually done already (``preload_gx``); otherwise this is where the seconds go.
-        from great_expectations.core.run_identifier import RunIdentifier
-        from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
-
     now = datetime.now(timezone.utc)
     checked: MaterialisedTables | None = None
     try:
-        with timer.step("build_plans"):
-            checked = MaterialisedTables(spark, checked_tables(spark, batch, batch_id))
+        checked = MaterialisedTables(session, checked_tables(session, batch, batch_id))
+        with timer.step("import_gx"):
+            # Usually done already (``preload_gx``); otherwise this is where the seconds go.
+            from great_expectations.core.run_identifier import RunIdentifier
+            from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
         with timer.step("open_context"):
+            # Also while the tables are computed: loading the checkpoints (and their suites).
             context = open_context(settings.project_dir or default_project_dir(), gx_dir)
+            checkpoints = {table.name: context.checkpoints.get(table.name) for table in CHECKED_TABLES}
         run_id = RunIdentifier(run_name=batch_id, run_time=now)
-        validated: list[tuple[str, Any, Any]] = []
+        results: dict[str, list[tuple[Any, Any]]] = {}
         with timer.step("validate"):
-            for table in CHECKED_TABLES:
-                frame = checked.get(table.name)
-                checkpoint = context.checkpoints.get(table.name)
+            # In the order the tables are cached; the others are computed meanwhile.
+            for name, frame in checked.as_cached():
+                checkpoint = checkpoints[name]
                 # Group the Spark jobs by checked table, so the Spark UI shows what the gate does.
-                spark.sparkContext.setJobGroup(f"gx-gate-{table.name}", f"GX gate of batch {batch_id}: {table.name}")
+                spark.sparkContext.setJobGroup(f"gx-gate-{name}", f"GX gate of batch {batch_id}: {name}")
                 result = checkpoint.run(batch_parameters={"dataframe": frame}, run_id=run_id)
-                validated.extend((table.name, identifier, validation)
-                                 for identifier, validation in result.run_results.items())
+                results[name] = list(result.run_results.items())
     finally:
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
         spark.sparkContext.setLocalProperty("spark.job.description", None)
@@ -372,6 +326,8 @@ def run_gate(
             checked.close()
     # Overlaps validate: the tables are computed while GX validates those already cached.
     timer.steps["derive_s"] = checked.seconds()
+    validated = [(table.name, identifier, validation)
+                 for table in CHECKED_TABLES for identifier, validation in results[table.name]]
 
     with timer.step("data_docs"):
         # One build for the batch's five results: each build also rewrites the site's index.

@@ -1,0 +1,101 @@
+"""Computing the checked tables once, so that GX's many small queries only scan them.
+
+GX resolves several metrics per expectation (counts, sample values, sample rows), each a Spark
+query of the table it is given. Given the lazy table, every one of those queries would re-run
+the table's scans, joins and aggregations; given a cached table, each is a scan of a small
+in-memory table. This module computes and caches the tables (``MaterialisedTables``) in a
+Spark session of its own (``gate_session``).
+
+The gate is short, so its Spark work runs on a cold JVM, where building a plan or making a
+pass over a batch costs several times what it costs warm, and a lone query leaves cores idle
+at every stage boundary. So the tables are built and computed concurrently, one thread each,
+and the gate validates each table as soon as it is cached.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Callable, Iterator
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+LIMIT_INITIAL_PARTITIONS = "spark.sql.limit.initialNumPartitions"
+
+
+def gate_session(spark: SparkSession) -> SparkSession:
+    """A session of the same application (same SparkContext, same cache) for the gate's queries.
+
+    It starts from the caller's SQL settings and differs in two. Unless the application
+    configured ``spark.sql.shuffle.partitions``, the gate's shuffles use twice the default
+    parallelism instead of Spark's 200: adaptive execution merges small partitions when it
+    reads a shuffle, but every map task still writes all of them first, and the gate's
+    shuffles are small (a batch's ids and keys). And a ``limit`` query scans all partitions of
+    a cached table at once (below). A session of its own keeps these settings out of the
+    caller's queries (the dedup step may share the application).
+    """
+    session = spark.newSession()
+    configured = spark.conf.getAll
+    for key, value in configured.items():
+        if key.startswith("spark.sql.") and spark.conf.isModifiable(key):
+            session.conf.set(key, value)
+    parallelism = max(1, spark.sparkContext.defaultParallelism)
+    if SHUFFLE_PARTITIONS not in configured:
+        session.conf.set(SHUFFLE_PARTITIONS, str(2 * parallelism))
+    # GX's sample queries (limit 20) find nothing in a passing table: scan all of a cached
+    # table's partitions (MaterialisedTables keeps at most ``parallelism``) in one job, not two.
+    session.conf.set(LIMIT_INITIAL_PARTITIONS, str(parallelism))
+    return session
+
+
+class MaterialisedTables:
+    """The checked tables, each built, computed and cached once, in background threads.
+
+    ``tables`` maps a name to a function that builds the table's (lazy) DataFrame: building
+    one means analysing its plan, which on a cold JVM takes a noticeable part of a second, so
+    that happens in the table's thread too.
+
+    A table is cut to at most the application's default parallelism in partitions (no
+    shuffle): GX's sample queries (``limit 20``) scan a table partition by partition in
+    successive jobs until they have their rows, and a passing table has none to find.
+    """
+
+    def __init__(self, spark: SparkSession, tables: dict[str, Callable[[], DataFrame]]) -> None:
+        self._spark = spark
+        self._parallelism = max(1, spark.sparkContext.defaultParallelism)
+        self._started = time.perf_counter()
+        self._finished: dict[str, float] = {}
+        self._cached: list[DataFrame] = []
+        self._pool = ThreadPoolExecutor(max_workers=len(tables), thread_name_prefix="gx-gate-derive")
+        self._futures: dict[str, Future] = {name: self._pool.submit(self._compute, name, build)
+                                            for name, build in tables.items()}
+
+    def _compute(self, name: str, build: Callable[[], DataFrame]) -> DataFrame:
+        # Job groups are per thread: the Spark UI shows which table a job computes.
+        self._spark.sparkContext.setJobGroup(f"gx-gate-derive-{name}", f"GX gate: compute the checked table {name}")
+        frame = build().coalesce(self._parallelism).persist(StorageLevel.MEMORY_AND_DISK)
+        self._cached.append(frame)
+        frame.count()
+        self._finished[name] = time.perf_counter()
+        return frame
+
+    def as_cached(self) -> Iterator[tuple[str, DataFrame]]:
+        """``(name, table)`` as each table is cached (re-raises what computing one raised)."""
+        pending = {future: name for name, future in self._futures.items()}
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in sorted(done, key=lambda f: list(self._futures.values()).index(f)):
+                yield pending.pop(future), future.result()
+
+    def seconds(self) -> float:
+        """From the start until the last table was cached."""
+        return round(max(self._finished.values(), default=self._started) - self._started, 3)
+
+    def close(self) -> None:
+        for future in self._futures.values():
+            future.cancel()
+        self._pool.shutdown(wait=True)
+        for frame in self._cached:
+            frame.unpersist()

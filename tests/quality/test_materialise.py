@@ -1,0 +1,48 @@
+"""The gate's own Spark session and its cached checked tables (no GX, no files)."""
+
+from __future__ import annotations
+
+import pytest
+
+from msgdedup.quality.materialise import (
+    LIMIT_INITIAL_PARTITIONS, SHUFFLE_PARTITIONS, MaterialisedTables, gate_session,
+)
+
+
+def test_gate_session_starts_from_the_callers_settings_and_keeps_its_own_to_itself(spark):
+    caller = spark.newSession()
+    caller.conf.set("spark.sql.caseSensitive", "true")
+    caller.conf.unset(SHUFFLE_PARTITIONS)  # as in an application that never configured it
+
+    session = gate_session(caller)
+
+    parallelism = spark.sparkContext.defaultParallelism
+    assert session.conf.get("spark.sql.caseSensitive") == "true"
+    assert session.conf.get(SHUFFLE_PARTITIONS) == str(2 * parallelism)
+    assert session.conf.get(LIMIT_INITIAL_PARTITIONS) == str(parallelism)
+    assert caller.conf.get(SHUFFLE_PARTITIONS) == "200" and caller.conf.get(LIMIT_INITIAL_PARTITIONS) == "1"
+
+
+def test_gate_session_keeps_a_configured_shuffle_partition_count(spark):
+    assert gate_session(spark).conf.get(SHUFFLE_PARTITIONS) == spark.conf.get(SHUFFLE_PARTITIONS)
+
+
+def test_tables_are_cached_until_closed_and_a_failing_table_fails_the_gate(spark):
+    def broken():
+        raise ValueError("cannot build this table")
+
+    tables = MaterialisedTables(spark, {
+        "numbers": lambda: spark.range(10).toDF("n"),
+        "broken": broken,
+        "letters": lambda: spark.createDataFrame([("a",), ("b",)], "letter string"),
+    })
+    seen = {}
+    with pytest.raises(ValueError, match="cannot build this table"):
+        for name, frame in tables.as_cached():
+            seen[name] = frame
+            assert frame.is_cached and frame.rdd.getNumPartitions() <= spark.sparkContext.defaultParallelism
+    tables.close()
+
+    assert set(seen) <= {"numbers", "letters"}
+    assert all(not frame.is_cached for frame in seen.values())
+    assert tables.seconds() >= 0
