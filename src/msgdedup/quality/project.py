@@ -86,6 +86,10 @@ data_docs_sites:
       base_directory: ${{{QUALITY_DIR_VARIABLE}}}/data_docs/
     site_index_builder:
       class_name: DefaultSiteIndexBuilder
+    # No profiling section: this project stores no profiling results, and each section lists
+    # and parses every stored validation result's key on every build.
+    site_section_builders:
+      profiling: None
 """
 
 GENERATED = ("great_expectations.yml", "expectations", "validation_definitions", "checkpoints")
