@@ -94,8 +94,10 @@ class MaterialisedTables:
         return round(max(self._finished.values(), default=self._started) - self._started, 3)
 
     def close(self) -> None:
-        for future in self._futures.values():
-            future.cancel()
+        """Release the cached tables; a table still being computed (the gate failed) is cancelled."""
+        for name, future in self._futures.items():
+            if not future.cancel() and not future.done():
+                self._spark.sparkContext.cancelJobGroup(f"gx-gate-derive-{name}")
         self._pool.shutdown(wait=True)
         for frame in self._cached:
             frame.unpersist()
