@@ -86,14 +86,15 @@ def run_batch(spark: SparkSession, input_path: str, warehouse_root: str, batch_i
     valid, invalid = transforms.split_valid(parsed)
     valid = parsing.with_cache_keys(valid, _cache_sizes(spark, valid, settings))
     keys = valid.select(*transforms.KEY_COLUMNS)
-    messages, copies = transforms.flag_duplicate_message_ids(keys, [f.path for f in files])
-    units = transforms.assign_units(messages)
+    flagged = _write(transforms.flag_duplicate_message_ids(keys, [f.path for f in files]),
+                     f"{staging}/_work/keys")
+    units = transforms.assign_units(transforms.messages(flagged))
     parent_snapshot = spark.read.parquet(warehouse.output_dir("id_cache", parent)) if parent else None
     counters_in = parent_manifest["caches"] if parent_manifest else {}
     decisions = transforms.decide(
         transforms.decision_stream(units, parent_snapshot), settings, batch_id, counters_in)
     decisions = _write(decisions, f"{staging}/_work/decisions")
-    verdicts = _write(transforms.verdicts(decisions, copies), f"{staging}/_work/verdicts")
+    verdicts = _write(transforms.verdicts(decisions, transforms.copies(flagged)), f"{staging}/_work/verdicts")
     timer.lap("decide")
 
     # 3. stage the outputs: messages joined with their verdicts once (kept), then split

@@ -1,7 +1,7 @@
 """The engine's steps, each a function of DataFrames (no I/O, no session state).
 
     raw lines --parsing--> parsed --split_valid--> valid / invalid
-    valid keys (KEY_COLUMNS) --flag_duplicate_message_ids--> messages (+ quarantined copies)
+    valid keys (KEY_COLUMNS) --flag_duplicate_message_ids--> messages / copies (quarantined)
     messages --assign_units--> units positioned at their commit point
     units + parent snapshot --decide--> verdicts, cache entries, counters
     valid + verdicts --judge--> delivered / dropped / quarantined outputs
@@ -40,12 +40,13 @@ def split_valid(parsed: DataFrame) -> tuple[DataFrame, DataFrame]:
 
 
 # -- message ids ----------------------------------------------------------------------------------
-def flag_duplicate_message_ids(keys: DataFrame, source_files: list[str]) -> tuple[DataFrame, DataFrame]:
+def flag_duplicate_message_ids(keys: DataFrame, source_files: list[str]) -> DataFrame:
     """A message_id names one delivery attempt: later copies of one are quarantined.
 
     ``keys`` has KEY_COLUMNS; ``source_files`` is the batch's sorted file listing (a row_id's
-    file index points into it). Returns (messages, copies as ``row_id, error``); the first copy
-    in arrival order is kept.
+    file index points into it). Adds ``copy_error``: null for the first copy in arrival order
+    (and every unique id), the quarantine reason for the others. Split with ``messages`` and
+    ``copies``.
     """
     repeated = (
         keys.groupBy("message_id")
@@ -60,12 +61,16 @@ def flag_duplicate_message_ids(keys: DataFrame, source_files: list[str]) -> tupl
         if source_files else F.create_map().cast("map<int,string>")
     first_file = F.try_element_at(names, F.shiftright("first_row", LINE_BITS).cast("int"))
     first_line = F.col("first_row").bitwiseAND((1 << LINE_BITS) - 1)
-    copies = flagged.filter(is_copy).select(
-        "row_id",
-        F.format_string("duplicate message_id '%s' (first at %s:%d)",
-                        F.col("message_id"), first_file, first_line).alias("error"),
-    )
-    return flagged.filter(~is_copy).drop("first_row"), copies
+    error = F.format_string("duplicate message_id '%s' (first at %s:%d)", F.col("message_id"), first_file, first_line)
+    return flagged.withColumn("copy_error", F.when(is_copy, error)).drop("first_row")
+
+
+def messages(flagged: DataFrame) -> DataFrame:
+    return flagged.filter(F.col("copy_error").isNull()).drop("copy_error")
+
+
+def copies(flagged: DataFrame) -> DataFrame:
+    return flagged.filter(F.col("copy_error").isNotNull()).select("row_id", F.col("copy_error").alias("error"))
 
 
 # -- units ----------------------------------------------------------------------------------------
