@@ -9,22 +9,14 @@ from datetime import datetime, timezone
 import pytest
 
 from msgdedup.orchestration.partitions import resolve
+from tests.airflow.support import ResolvedTaskInstance
 from msgdedup.orchestration.sensors import PartitionCompleteSensor, partition_complete
-
-
-class _TI:
-    def __init__(self, spec):
-        self.spec = spec
-
-    def xcom_pull(self, task_ids):
-        assert task_ids == "resolve"
-        return self.spec.to_dict()
 
 
 def _context(raw_root, batch_id, **params):
     spec = resolve(params={"partition": batch_id, **params}, data_interval_start=None, data_interval_end=None,
                    raw_root=str(raw_root), warehouse="/wh", config=None)
-    return {"ti": _TI(spec), "params": {}}, spec
+    return {"ti": ResolvedTaskInstance(spec), "params": {}}, spec
 
 
 def test_the_dag_sensor_is_reschedule_mode(dagbag):

@@ -15,24 +15,16 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from msgdedup.orchestration.partitions import resolve
+from tests.airflow.support import ResolvedTaskInstance
 from msgdedup.orchestration.spark import ProcessBatchOperator
 
 BATCH = "2026-11-21T05"
 
 
-class _TI:
-    def __init__(self, spec):
-        self.spec = spec
-
-    def xcom_pull(self, task_ids):
-        assert task_ids == "resolve"
-        return self.spec.to_dict()
-
-
 def _context(**params):
     spec = resolve(params={"partition": BATCH, **params}, data_interval_start=None,
                    data_interval_end=None, raw_root="/raw", warehouse="/wh", config=None)
-    return {"ti": _TI(spec)}, spec
+    return {"ti": ResolvedTaskInstance(spec)}, spec
 
 
 @pytest.fixture()

@@ -1,0 +1,15 @@
+"""Stand-ins shared by the Airflow unit tests (the e2e tests run the real scheduler)."""
+
+from __future__ import annotations
+
+
+class ResolvedTaskInstance:
+    """Airflow's task instance as a downstream task sees it: XCom hands it the ``resolve``
+    task's run spec, and nothing else."""
+
+    def __init__(self, spec):
+        self.spec = spec
+
+    def xcom_pull(self, task_ids):
+        assert task_ids == "resolve"
+        return self.spec.to_dict()
