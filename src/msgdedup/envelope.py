@@ -27,8 +27,8 @@ BRIDGE_DUPLICATE_ID_PROPERTY = "_AMQ_BRIDGE_DUP"
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MICROSECOND = timedelta(microseconds=1)
 # datetime's range: anything outside it cannot be a real broker timestamp.
-_MIN_EPOCH_MS = int((datetime(1, 1, 1, tzinfo=timezone.utc) - _EPOCH) / timedelta(milliseconds=1))
-_MAX_EPOCH_MS = int((datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc) - _EPOCH) / timedelta(milliseconds=1))
+MIN_EPOCH_MS = int((datetime(1, 1, 1, tzinfo=timezone.utc) - _EPOCH) / timedelta(milliseconds=1))
+MAX_EPOCH_MS = int((datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc) - _EPOCH) / timedelta(milliseconds=1))
 _ERROR_SNIPPET = 60
 
 
@@ -82,7 +82,7 @@ def parse_received_at(value: object) -> int:
     if isinstance(value, bool):
         raise InvalidLine(f"received_at must be an ISO-8601 string with offset or epoch milliseconds, got {_type_name(value)}")
     if isinstance(value, int):
-        if not _MIN_EPOCH_MS <= value <= _MAX_EPOCH_MS:
+        if not MIN_EPOCH_MS <= value <= MAX_EPOCH_MS:
             raise InvalidLine(f"received_at: epoch milliseconds {value} out of range")
         return value * 1000
     if isinstance(value, str):

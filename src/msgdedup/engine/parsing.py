@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from msgdedup.envelope import (
-    BRIDGE_DUPLICATE_ID_PROPERTY, DUPLICATE_ID_PROPERTY, InvalidLine, _MAX_EPOCH_MS, _MIN_EPOCH_MS,
+    BRIDGE_DUPLICATE_ID_PROPERTY, DUPLICATE_ID_PROPERTY, MAX_EPOCH_MS, MIN_EPOCH_MS, InvalidLine,
     parse_line, printable_raw_line,
 )
 from msgdedup.engine.reading import FILE_INDEX, LINE_NUMBER, RAW, SOURCE_FILE
@@ -95,7 +95,7 @@ def fast_parse(lines: DataFrame) -> DataFrame:
         received_kind == "STRING", F.when(iso.rlike(TIMESTAMP_PATTERN), iso.try_cast("timestamp")),
     ).when(
         received_kind == "BIGINT",
-        F.when(epoch_ms.between(_MIN_EPOCH_MS, _MAX_EPOCH_MS), F.timestamp_micros(epoch_ms * 1000)),
+        F.when(epoch_ms.between(MIN_EPOCH_MS, MAX_EPOCH_MS), F.timestamp_micros(epoch_ms * 1000)),
     )
     message_id, address = F.col("_message_id"), F.col("_address")
     fast = (message_id != "") & (address != "") & F.col("_received_at").isNotNull()
