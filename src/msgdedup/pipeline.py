@@ -24,15 +24,12 @@ from pyspark.sql import SparkSession
 from msgdedup.config import load_settings
 from msgdedup.engine import batch
 from msgdedup.engine.warehouse import validate_batch_id
-from msgdedup.quality import GateInputError, GateResult, GateSettings, hadoop_io, run_gate
-from msgdedup.quality.gate import EXIT_FAILED, EXIT_INTERNAL, EXIT_PASSED, EXIT_USER_ERROR
+from msgdedup.quality import GateResult, GateSettings, hadoop_io, run_gate
+from msgdedup.quality.gate import EXIT_FAILED, EXIT_INTERNAL, EXIT_PASSED, EXIT_USER_ERROR, USER_ERRORS as GATE_USER_ERRORS
 
 log = logging.getLogger(__name__)
 
 PROG = "process_batch"
-
-# What gx_gate.py reports as user errors (batch not committed or outputs missing, no GX project).
-GATE_USER_ERRORS = (GateInputError, FileNotFoundError)
 
 
 def build_parser():

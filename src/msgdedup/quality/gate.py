@@ -58,6 +58,11 @@ class GateInputError(Exception):
     """The gate cannot run on what it was given (batch not committed, outputs missing, ...)."""
 
 
+# Exit 2 in every app that runs the gate: the batch is not committed or its outputs are missing,
+# or there is no GX project.
+USER_ERRORS = (GateInputError, FileNotFoundError)
+
+
 @dataclass(frozen=True)
 class GateSettings:
     """How the gate runs; the checks themselves are fixed by the committed GX project.
@@ -417,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
         spark = SparkSession.builder.appName(f"msgdedup-gx-gate-{args.batch_id}").getOrCreate()
         try:
             result = run_gate(spark, args.warehouse, args.batch_id, settings)
-        except (GateInputError, FileNotFoundError) as exc:
+        except USER_ERRORS as exc:
             return fail(EXIT_USER_ERROR, str(exc))
     except Exception as exc:  # noqa: BLE001 - the CLI turns anything unexpected into exit 1
         log.exception("gx_gate failed")
