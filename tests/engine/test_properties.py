@@ -11,6 +11,7 @@ Two levels:
 from __future__ import annotations
 
 import shutil
+from collections import Counter
 
 import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
@@ -31,10 +32,9 @@ BATCH_IDS = [f"2026-11-21T{h:02d}" for h in range(24)]
 
 
 # -- kernel vs model (fast) ------------------------------------------------------------------------
-def _kernel_verdicts(lines: list[RawLine], config: dict) -> dict:
-    """Feed the kernel the batch in the model's unit order (its parse, arrival order, message-id
-    rule and units) and collect the kernel's verdicts."""
-    settings_ = parse_settings(config)
+def _unit_ordered(lines: list[RawLine], settings_) -> list[list[model.Checked]]:
+    """The batch's units in order, as the model forms them (its parse, arrival order, message-id
+    rule and units): the same input the engine's Spark steps give the kernel."""
     checked = []
     for line in lines:
         try:
@@ -49,32 +49,66 @@ def _kernel_verdicts(lines: list[RawLine], config: dict) -> dict:
         if c.message.message_id not in seen:
             seen.add(c.message.message_id)
             messages.append(c)
-    rows = [
-        {"phase": kernel.MESSAGE_PHASE, "row_id": i, "message_id": c.message.message_id,
-         "txn_id": c.message.txn_id, "address": c.message.address, "cache": c.cache,
-         "dedup_key": c.key, "cache_seq": None, "accepted_batch_id": None}
-        for i, c in enumerate(unit_member for unit in model._units(messages) for unit_member in unit)
-    ]
-    by_row = {r["row_id"]: r["message_id"] for r in rows}
-    stream = [pa.RecordBatch.from_pylist(rows[i:i + 7]) for i in range(0, len(rows), 7)] if rows else []
-    verdicts = {}
-    for out in kernel.decide(stream, settings_, "b", {}):
+    return model._units(messages)
+
+
+def _split_and_decide(lines: list[RawLine], settings_, parent: model.BatchResult | None) -> dict:
+    """The engine's plan, in plain Python (transforms.mark_repeated ... transforms.verdicts):
+    uncontested units are delivered and number themselves, the contested ones go through the
+    kernel with their counts of uncontested acceptances before them."""
+    units = _unit_ordered(lines, settings_)
+    snapshot = parent.snapshot_entries() if parent else []
+    base = {name: cache.last_seq for name, cache in (parent.caches.items() if parent else ())}
+    occurrences = Counter((c.cache, c.key) for unit in units for c in unit if c.cache is not None)
+    occurrences.update((e["cache"], e["dedup_key"]) for e in snapshot)
+    repeated = {k for k, n in occurrences.items() if n > 1}
+
+    free_rank, contested_rank, rows, free = Counter(), Counter(), [], {}
+    for unit in units:
+        contested = any((c.cache, c.key) in repeated for c in unit if c.cache is not None)
+        for c in unit:
+            if c.cache is not None:
+                (contested_rank if contested else free_rank)[c.cache] += 1
+            ranks = (free_rank[c.cache], contested_rank[c.cache]) if c.cache is not None else (None, None)
+            if contested:
+                rows.append({"phase": kernel.MESSAGE_PHASE, "row_id": len(rows), "message_id": c.message.message_id,
+                             "txn_id": c.message.txn_id, "address": c.message.address, "cache": c.cache,
+                             "dedup_key": c.key, "cache_seq": None, "free_before": ranks[0],
+                             "contested_rank": ranks[1]})
+            else:
+                free[c.message.message_id] = (c.cache, *ranks)
+    entries = [{"phase": kernel.SNAPSHOT_PHASE, "row_id": None, "message_id": e["message_id"], "txn_id": None,
+                "address": e["address"], "cache": e["cache"], "dedup_key": e["dedup_key"],
+                "cache_seq": e["cache_seq"], "free_before": None, "contested_rank": None}
+               for e in snapshot if (e["cache"], e["dedup_key"]) in repeated]
+    stream = entries + rows
+    batches = [pa.RecordBatch.from_pylist(stream[i:i + 7]) for i in range(0, len(stream), 7)]
+    verdicts, accepted_after = {}, {}
+    for out in kernel.decide(batches, settings_, {name: {"last_seq": seq} for name, seq in base.items()}):
         for r in out.to_pylist():
-            if r["record_type"] == kernel.VERDICT:
-                verdicts[by_row[r["row_id"]]] = (r["outcome"] if r["outcome"] == kernel.DELIVERED else r["reason"],
-                                                 r["duplicate_of"], r["cache_seq"])
+            verdicts[rows[r["row_id"]]["message_id"]] = (
+                r["outcome"] if r["outcome"] == kernel.DELIVERED else r["reason"], r["duplicate_of"], r["cache_seq"])
+            accepted_after[(r["cache"], r["contested_rank"])] = r["accepted_after"]
+    for message_id, (cache, f_rank, c_rank) in free.items():
+        seq = None if cache is None else base.get(cache, 0) + f_rank + accepted_after.get((cache, c_rank), 0)
+        verdicts[message_id] = ("delivered", None, seq)
     return verdicts
 
 
 @settings(max_examples=300, deadline=None)
-@given(files=batch_files(0), config_index=st.integers(0, len(CONFIGS) - 1))
-def test_kernel_decides_like_the_model(tmp_path_factory, files, config_index):
+@given(first=batch_files(0), second=batch_files(1), configs=st.tuples(*[st.integers(0, len(CONFIGS) - 1)] * 2))
+def test_kernel_decides_like_the_model(tmp_path_factory, first, second, configs):
+    """Two batches: the second starts from the model's snapshot of the first, maybe under another
+    config (a cache that shrank, grew or was turned off)."""
     directory = tmp_path_factory.mktemp("k")
-    lines = write_batch(directory, files)
-    expected = ReferenceModel().run_batch("b", lines, parse_settings(CONFIGS[config_index]))
+    oracle = ReferenceModel()
+    parent = oracle.run_batch("b0", write_batch(directory / "0", first), parse_settings(CONFIGS[configs[0]]))
+    lines = write_batch(directory / "1", second)
+    settings_ = parse_settings(CONFIGS[configs[1]])
+    expected = oracle.run_batch("b1", lines, settings_)
     want = {r["message_id"]: ("delivered", None, r["cache_seq"]) for r in expected.delivered}
     want.update({r["message_id"]: (r["reason"], r["duplicate_of"], None) for r in expected.dropped})
-    assert _kernel_verdicts(lines, CONFIGS[config_index]) == want
+    assert _split_and_decide(lines, settings_, parent) == want
 
 
 # -- engine vs model (real Spark) -------------------------------------------------------------------

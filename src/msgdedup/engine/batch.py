@@ -51,7 +51,7 @@ class _Timer:
 
 def _write(frame: DataFrame, path: str) -> DataFrame:
     frame.write.mode("overwrite").parquet(path)
-    return frame.sparkSession.read.parquet(path)
+    return frame.sparkSession.read.schema(frame.schema).parquet(path)
 
 
 def run_batch(spark: SparkSession, input_path: str, warehouse_root: str, batch_id: str,
@@ -86,24 +86,35 @@ def run_batch(spark: SparkSession, input_path: str, warehouse_root: str, batch_i
     valid, invalid = transforms.split_valid(parsed)
     valid = parsing.with_cache_keys(valid, _cache_sizes(spark, valid, settings))
     keys = valid.select(*transforms.KEY_COLUMNS)
-    flagged = _write(transforms.flag_duplicate_message_ids(keys, [f.path for f in files]),
-                     f"{staging}/_work/keys")
-    units = transforms.assign_units(transforms.messages(flagged))
+    kept: list[DataFrame] = []  # small computed frames, persisted until the batch is checked
+    repeated_ids = _kept(transforms.repeated_message_ids(keys), kept)
+    flagged = _write(transforms.flag_duplicate_message_ids(
+        keys, _broadcast_if_small(repeated_ids, repeated_ids.count()), [f.path for f in files]),
+        f"{staging}/_work/keys")
     parent_snapshot = spark.read.parquet(warehouse.output_dir("id_cache", parent)) if parent else None
     counters_in = parent_manifest["caches"] if parent_manifest else {}
-    decisions = transforms.decide(
-        transforms.decision_stream(units, parent_snapshot), settings, batch_id, counters_in)
-    decisions = _write(decisions, f"{staging}/_work/decisions")
-    verdicts = _write(transforms.verdicts(decisions, transforms.copies(flagged)), f"{staging}/_work/verdicts")
+    messages = transforms.messages(flagged)
+    repeated_keys = _kept(transforms.repeated_keys(messages, parent_snapshot), kept)
+    marked = transforms.mark_repeated(messages, _broadcast_if_small(repeated_keys, repeated_keys.count()))
+    units = _write(transforms.rank_in_caches(transforms.assign_units(marked)), f"{staging}/_work/units")
+    decisions = _write(transforms.decide(transforms.decision_stream(units, parent_snapshot), settings, counters_in),
+                       f"{staging}/_work/decisions")
+    verdicts = _write(transforms.verdicts(units, decisions, transforms.copies(flagged), _counters(spark, counters_in)),
+                      f"{staging}/_work/verdicts")
+    tally = _Tally(transforms.verdict_counts(verdicts).collect())
+    caches = manifests.cache_counters(counters_in, tally.accepted_per_cache(), settings)
     timer.lap("decide")
 
-    # 3. stage the outputs: messages joined with their verdicts once (kept), then split
-    judged = transforms.judge(valid, verdicts).persist(StorageLevel.MEMORY_AND_DISK)
+    # 3. stage the outputs: each output joins the verdicts it keeps to the wide rows
+    def verdicts_of(outcome: str) -> DataFrame:
+        return _broadcast_if_small(transforms.with_outcome(verdicts, outcome), tally.of(outcome))
+
     staged = {
-        "delivered": transforms.delivered(judged),
-        "dropped": transforms.dropped(judged),
-        "quarantine": transforms.quarantine(invalid, valid, verdicts),
-        "id_cache": transforms.snapshot(decisions),
+        "delivered": transforms.delivered(valid, verdicts_of(kernel.DELIVERED)),
+        "dropped": transforms.dropped(valid, verdicts_of(kernel.DROPPED)),
+        "quarantine": transforms.quarantine(
+            invalid, valid, transforms.repeated_ids(verdicts) if tally.of(transforms.QUARANTINED) else None),
+        "id_cache": transforms.snapshot(verdicts, parent_snapshot, _floors(spark, caches), batch_id),
     }
     written = {}
     for name, frame in staged.items():
@@ -113,10 +124,15 @@ def run_batch(spark: SparkSession, input_path: str, warehouse_root: str, batch_i
     timer.lap("write")
 
     # 4. check the books and build the manifest
-    counts = _counts(parsed, judged, written["quarantine"])
-    caches, fingerprint = _cache_state(transforms.cache_state(decisions))
+    counts = _counts(parsed.count(), tally, written)
+    digests = {}
+    for row in transforms.entry_digests(written["id_cache"]).collect():
+        caches[row["cache"]]["entries"] = row["entries"]
+        digests[row["cache"]] = row["digest"]
+    fingerprint = manifests.snapshot_fingerprint(caches, digests)
     invalidate = _check_history(warehouse, batch_id, fingerprint, invalidate_later, run_id)
-    judged.unpersist()
+    for frame in kept:
+        frame.unpersist()
     fs.delete(f"{staging}/_work")
     timer.lap("check")
 
@@ -140,36 +156,54 @@ def run_batch(spark: SparkSession, input_path: str, warehouse_root: str, batch_i
     return manifest
 
 
-def _counts(parsed: DataFrame, judged: DataFrame, quarantined: DataFrame) -> dict:
-    input_lines = parsed.count()
-    n_quarantined = quarantined.count()
-    by_address: dict[str, dict[str, int]] = {}
-    by_reason = {kernel.DUPLICATE: 0, kernel.TRANSACTION_REJECTED: 0}
-    delivered = dropped = 0
-    rows = judged.groupBy("address", "outcome", "reason").count().collect()
-    for row in rows:
-        if row["outcome"] == transforms.QUARANTINED:
-            continue  # repeated message_ids: counted with the quarantine output
-        bucket = by_address.setdefault(row["address"], {"delivered": 0, kernel.DUPLICATE: 0,
-                                                         kernel.TRANSACTION_REJECTED: 0})
-        if row["outcome"] == kernel.DELIVERED:
-            bucket["delivered"] += row["count"]
-            delivered += row["count"]
-        else:
-            bucket[row["reason"]] += row["count"]
-            by_reason[row["reason"]] += row["count"]
-            dropped += row["count"]
-    if input_lines != delivered + dropped + n_quarantined:
+class _Tally:
+    """The verdicts counted by (address, cache, outcome, reason): few rows, collected once."""
+
+    def __init__(self, rows: list) -> None:
+        self.rows = rows
+
+    def of(self, outcome: str) -> int:
+        return sum(r["count"] for r in self.rows if r["outcome"] == outcome)
+
+    def accepted_per_cache(self) -> dict[str, tuple[str, int]]:
+        """cache -> (address, keys accepted), for every cache the batch met."""
+        accepted: dict[str, tuple[str, int]] = {}
+        for r in self.rows:
+            if r["cache"] is not None:
+                n = r["count"] if r["outcome"] == kernel.DELIVERED else 0
+                accepted[r["cache"]] = (r["address"], accepted.get(r["cache"], ("", 0))[1] + n)
+        return accepted
+
+    def by_address(self) -> dict[str, dict[str, int]]:
+        by_address: dict[str, dict[str, int]] = {}
+        for r in self.rows:
+            if r["outcome"] == transforms.QUARANTINED:
+                continue  # repeated message_ids: counted with the quarantine output
+            bucket = by_address.setdefault(r["address"], {"delivered": 0, kernel.DUPLICATE: 0,
+                                                          kernel.TRANSACTION_REJECTED: 0})
+            bucket["delivered" if r["outcome"] == kernel.DELIVERED else r["reason"]] += r["count"]
+        return dict(sorted(by_address.items()))
+
+
+def _counts(input_lines: int, tally: _Tally, written: dict[str, DataFrame]) -> dict:
+    """The books: every input line is in exactly one staged output, as the verdicts say."""
+    delivered, dropped, quarantined = (written[name].count() for name in ("delivered", "dropped", "quarantine"))
+    expected = (tally.of(kernel.DELIVERED), tally.of(kernel.DROPPED),
+                input_lines - tally.of(kernel.DELIVERED) - tally.of(kernel.DROPPED))
+    if input_lines != delivered + dropped + quarantined or (delivered, dropped, quarantined) != expected:
         raise AccountingError(
             f"input lines {input_lines} != delivered {delivered} + dropped {dropped} "
-            f"+ quarantined {n_quarantined}; nothing was committed")
+            f"+ quarantined {quarantined} (verdicts: {expected[0]} delivered, {expected[1]} dropped); "
+            f"nothing was committed")
+    by_address = tally.by_address()
     return {
         "input_lines": input_lines,
         "delivered": delivered,
         "dropped": dropped,
-        "quarantined": n_quarantined,
-        "by_reason": by_reason,
-        "by_address": dict(sorted(by_address.items())),
+        "quarantined": quarantined,
+        "by_reason": {reason: sum(b[reason] for b in by_address.values())
+                      for reason in (kernel.DUPLICATE, kernel.TRANSACTION_REJECTED)},
+        "by_address": by_address,
     }
 
 
@@ -180,16 +214,33 @@ def _cache_sizes(spark: SparkSession, valid: DataFrame, settings: AddressSetting
                                  "address string, id_cache_size long")
 
 
-def _cache_state(state: DataFrame) -> tuple[dict[str, dict], str]:
-    """(cache -> counter, size and fill, snapshot digest): one row per cache, so small."""
-    rows = state.collect()
-    caches = {
-        r["cache"]: {"address": r["address"], "id_cache_size": r["id_cache_size"],
-                     "entries": r["entries"], "last_seq": r["last_seq"]}
-        for r in sorted(rows, key=lambda r: r["cache"] or "") if r["record_type"] == kernel.COUNTER
-    }
-    (digest,) = [r["digest"] for r in rows if r["record_type"] == kernel.DIGEST]
-    return caches, digest
+# Rows up to which a join's smaller side is broadcast (key or verdict rows of some 50 bytes: well
+# inside a default 1g driver), so the wide side is not shuffled. Spark's own choice goes by a
+# size estimate from file sizes, which is off by the columns the join does not read.
+BROADCAST_MAX_ROWS = 2_000_000
+
+
+def _kept(frame: DataFrame, kept: list[DataFrame]) -> DataFrame:
+    """``frame`` persisted (and listed in ``kept`` for unpersisting), so that counting it and then
+    joining it computes it once."""
+    frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
+    kept.append(frame)
+    return frame
+
+
+def _broadcast_if_small(frame: DataFrame, rows: int) -> DataFrame:
+    return F.broadcast(frame) if rows <= BROADCAST_MAX_ROWS else frame
+
+
+def _counters(spark: SparkSession, counters: dict[str, dict]) -> DataFrame:
+    return spark.createDataFrame([(name, c["last_seq"]) for name, c in counters.items()],
+                                 "cache string, last_seq long")
+
+
+def _floors(spark: SparkSession, caches: dict[str, dict]) -> DataFrame:
+    """Per cache, the highest cache_seq that has left it: entries above it are the snapshot."""
+    return spark.createDataFrame([(name, c["last_seq"] - c["id_cache_size"]) for name, c in caches.items()],
+                                 "cache string, floor long")
 
 
 def _check_history(warehouse: Warehouse, batch_id: str, fingerprint: str,
@@ -241,7 +292,11 @@ def exit_code(error: BaseException) -> int:
 def spark_session(app_name: str) -> SparkSession:
     """The session settings the engine's results depend on, in one place for every app that runs it."""
     spark = (SparkSession.builder.appName(app_name)
-             .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+             .config("spark.sql.session.timeZone", "UTC")
+             # lets adaptive execution merge the shuffle partitions of a persisted frame (see
+             # _broadcast_if_small) as it does everywhere else, instead of 200 tiny tasks
+             .config("spark.sql.optimizer.canChangeCachedPlanOutputPartitioning", "true")
+             .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 

@@ -83,30 +83,34 @@ TIMESTAMP_PATTERN = (
 )
 
 
+# The fields of a line the fast path takes, read from its VARIANT in one pass (a line's shape was
+# checked first, so every value already has its envelope type; received_at is a string or digits).
+_FIELDS = ("struct<message_id string, address string, received_at string, properties map<string,string>, "
+           "txn_id string, source_id string, seq bigint, body string>")
+
+
 def fast_parse(lines: DataFrame) -> DataFrame:
     """Lines -> PARSED_COLUMNS plus ``raw`` and ``slow``: ``slow`` rows are left for
     ``slow_parse`` (their other columns are null), every other row is a valid message."""
     text = F.col(RAW).cast("string")
-    v = F.col("_v")
+    f = F.col("_f")
     received_kind = F.col("_received_kind")  # STRING or BIGINT; "" when the shape is not ours
-    iso = F.variant_get(v, "$.received_at", "string")
-    epoch_ms = F.variant_get(v, "$.received_at", "bigint")
+    iso, epoch_ms = f["received_at"], f["received_at"].try_cast("bigint")
     received_at = F.when(
         received_kind == "STRING", F.when(iso.rlike(TIMESTAMP_PATTERN), iso.try_cast("timestamp")),
     ).when(
         received_kind == "BIGINT",
         F.when(epoch_ms.between(MIN_EPOCH_MS, MAX_EPOCH_MS), F.timestamp_micros(epoch_ms * 1000)),
     )
-    message_id, address = F.col("_message_id"), F.col("_address")
+    message_id, address = f["message_id"], f["address"]
     fast = (message_id != "") & (address != "") & F.col("_received_at").isNotNull()
     empty_map = F.create_map().cast("map<string,string>")
-    # One projection per step, so the JSON is parsed once and each field is read once.
+    # One projection per step, so the JSON is parsed once and the fields are read once.
     checked = (
         lines
         .withColumn("_v", F.when(F.is_valid_utf8(RAW) & text.rlike(LINE_PATTERN), F.try_parse_json(text)))
         .withColumn("_received_kind", F.regexp_extract(F.schema_of_variant("_v"), SHAPE_PATTERN, 3))
-        .withColumn("_message_id", F.variant_get(v, "$.message_id", "string"))
-        .withColumn("_address", F.variant_get(v, "$.address", "string"))
+        .withColumn("_f", F.when(received_kind != "", F.try_variant_get("_v", "$", _FIELDS)))
         .withColumn("_received_at", received_at)
         .withColumn("slow", ~F.coalesce(fast, F.lit(False)))
     )
@@ -121,10 +125,8 @@ def fast_parse(lines: DataFrame) -> DataFrame:
         when_fast(address).alias("address"),
         when_fast(F.col("_received_at")).alias("received_at"),
         when_fast(F.unix_micros("_received_at")).alias("received_us"),
-        when_fast(F.coalesce(F.variant_get(v, "$.properties", "map<string,string>"), empty_map)).alias("properties"),
-        *[when_fast(F.variant_get(v, f"$.{name}", "string")).alias(name) for name in ("txn_id", "source_id")],
-        when_fast(F.variant_get(v, "$.seq", "bigint")).alias("seq"),
-        when_fast(F.variant_get(v, "$.body", "string")).alias("body"),
+        when_fast(F.coalesce(f["properties"], empty_map)).alias("properties"),
+        *[when_fast(f[name]).alias(name) for name in ("txn_id", "source_id", "seq", "body")],
         when_fast(empty_map).alias("extra_fields"),
         F.when(F.col("slow"), F.col(RAW)).alias(RAW),
         "slow",

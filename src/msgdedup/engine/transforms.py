@@ -2,12 +2,16 @@
 
     raw lines --parsing--> parsed --split_valid--> valid / invalid
     valid keys (KEY_COLUMNS) --flag_duplicate_message_ids--> messages / copies (quarantined)
-    messages --assign_units--> units positioned at their commit point
-    units + parent snapshot --decide--> verdicts, cache entries, counters
-    valid + verdicts --judge--> delivered / dropped / quarantined outputs
+    messages + parent snapshot --mark_repeated, assign_units--> units, contested or not
+    contested units + parent entries --decision_stream, decide--> the kernel's verdicts
+    units + kernel verdicts --verdicts--> every message's verdict, acceptances numbered
+    valid + verdicts --delivered, dropped, quarantine--> the outputs
+    parent snapshot + acceptances --snapshot--> the new ID cache
 
-Only the narrow key columns go through the ordering and deciding; the wide rows are shuffled
-once, when the verdicts are joined back.
+Only the narrow key columns go through the ordering and deciding; the wide rows are only read
+again when the verdicts are joined back. Only contested units (a key that occurs more than once
+in the batch and the parent snapshot together) go through the single-task kernel; the rest is
+decided by joins and windows, in parallel.
 
 Row identity: ``row_id = file_index << 40 | line_number`` where ``file_index`` is the rank of the
 file's path, so ordering by row_id is ordering by (file path, line number): the spec's tie-break.
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.window import Window
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from msgdedup.config import AddressSettings
@@ -40,21 +45,26 @@ def split_valid(parsed: DataFrame) -> tuple[DataFrame, DataFrame]:
 
 
 # -- message ids ----------------------------------------------------------------------------------
-def flag_duplicate_message_ids(keys: DataFrame, source_files: list[str]) -> DataFrame:
-    """A message_id names one delivery attempt: later copies of one are quarantined.
-
-    ``keys`` has KEY_COLUMNS; ``source_files`` is the batch's sorted file listing (a row_id's
-    file index points into it). Adds ``copy_error``: null for the first copy in arrival order
-    (and every unique id), the quarantine reason for the others. Split with ``messages`` and
-    ``copies``.
-    """
-    repeated = (
+def repeated_message_ids(keys: DataFrame) -> DataFrame:
+    """Message ids that occur more than once, with the row_id of their first copy in arrival order
+    (few rows, usually none)."""
+    return (
         keys.groupBy("message_id")
         .agg(F.count(F.lit(1)).alias("copies"),
              F.min_by("row_id", F.struct("received_us", "row_id")).alias("first_row"))
         .filter(F.col("copies") > 1)
         .select("message_id", "first_row")
     )
+
+
+def flag_duplicate_message_ids(keys: DataFrame, repeated: DataFrame, source_files: list[str]) -> DataFrame:
+    """A message_id names one delivery attempt: later copies of one are quarantined.
+
+    ``keys`` has KEY_COLUMNS, ``repeated`` is ``repeated_message_ids(keys)``; ``source_files`` is
+    the batch's sorted file listing (a row_id's file index points into it). Adds ``copy_error``:
+    null for the first copy in arrival order (and every unique id), the quarantine reason for the
+    others. Split with ``messages`` and ``copies``.
+    """
     flagged = keys.join(repeated, "message_id", "left")
     is_copy = F.col("first_row").isNotNull() & (F.col("first_row") != F.col("row_id"))
     names = F.create_map(*[x for i, name in enumerate(source_files) for x in (F.lit(i), F.lit(name))]) \
@@ -74,12 +84,38 @@ def copies(flagged: DataFrame) -> DataFrame:
 
 
 # -- units ----------------------------------------------------------------------------------------
+def repeated_keys(messages: DataFrame, parent_snapshot: DataFrame | None) -> DataFrame:
+    """(cache, dedup_key) pairs that occur more than once in the batch and the parent snapshot
+    together.
+
+    A key that is not repeated can never be found in its cache (it was never accepted, or fell
+    out of the cache before the snapshot), which is what lets most units skip the ordered pass.
+    """
+    occurrences = messages.filter(F.col("cache").isNotNull()).select("cache", "dedup_key")
+    if parent_snapshot is not None:
+        occurrences = occurrences.unionByName(parent_snapshot.select("cache", "dedup_key"))
+    return occurrences.groupBy("cache", "dedup_key").count().filter(F.col("count") > 1).select("cache", "dedup_key")
+
+
+def mark_repeated(messages: DataFrame, repeated: DataFrame) -> DataFrame:
+    """Add ``repeated``: the message's key is one of ``repeated_keys``."""
+    return (messages.join(repeated.withColumn("repeated", F.lit(True)), ["cache", "dedup_key"], "left")
+            .withColumn("repeated", F.coalesce("repeated", F.lit(False))))
+
+
 def assign_units(messages: DataFrame) -> DataFrame:
-    """Position every message's unit: itself, or its transaction's last message (spec §2)."""
+    """Position every message's unit: itself, or its transaction's last message (spec §2).
+
+    Adds ``unit_us``, ``unit_row`` and ``contested``: the unit holds a repeated key
+    (``mark_repeated``), so only the ordered pass can decide it.
+    """
     in_txn = messages.filter(F.col("txn_id").isNotNull())
-    commit_points = in_txn.groupBy("txn_id").agg(F.max(F.struct("received_us", "row_id")).alias("commit_point"))
+    commit_points = in_txn.groupBy("txn_id").agg(
+        F.max(F.struct("received_us", "row_id")).alias("commit_point"),
+        F.max("repeated").alias("contested"))
     singles = (messages.filter(F.col("txn_id").isNull())
-               .withColumn("unit_us", F.col("received_us")).withColumn("unit_row", F.col("row_id")))
+               .withColumn("unit_us", F.col("received_us")).withColumn("unit_row", F.col("row_id"))
+               .withColumn("contested", F.col("repeated")))
     # Joined apart from the single messages: they all share the null txn_id, one skewed partition.
     transactions = (
         in_txn.join(commit_points, "txn_id")
@@ -87,109 +123,162 @@ def assign_units(messages: DataFrame) -> DataFrame:
         .withColumn("unit_row", F.col("commit_point.row_id"))
         .drop("commit_point")
     )
-    return singles.unionByName(transactions)
+    return singles.unionByName(transactions).drop("repeated")
+
+
+# Unit order, and message order inside a transaction: the order of spec §4.
+_UNIT_ORDER = ["unit_us", "unit_row", "received_us", "row_id"]
+
+
+def rank_in_caches(units: DataFrame) -> DataFrame:
+    """Add, for every message with a key, its place among its cache's messages in unit order:
+    ``free_rank`` (uncontested messages up to it, itself included) and ``contested_rank``
+    (contested ones). Every uncontested message is accepted, so for a contested message
+    ``free_rank`` is the count of acceptances the kernel does not see (kernel.py)."""
+    upto = Window.partitionBy("cache").orderBy(*_UNIT_ORDER).rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    keyed = units.filter(F.col("cache").isNotNull())
+    ranked = keyed.select(
+        "*",
+        F.count_if(~F.col("contested")).over(upto).alias("free_rank"),
+        F.count_if(F.col("contested")).over(upto).alias("contested_rank"))
+    unkeyed = units.filter(F.col("cache").isNull()).select(
+        "*", F.lit(None).cast("long").alias("free_rank"), F.lit(None).cast("long").alias("contested_rank"))
+    return ranked.unionByName(unkeyed)
 
 
 # -- decide ---------------------------------------------------------------------------------------
-_STREAM_COLUMNS = [
-    "phase", "k1", "k2", "k3", "k4", "row_id", "message_id", "txn_id", "address", "cache",
-    "dedup_key", "cache_seq", "accepted_batch_id",
-]
-
-
 def decision_stream(units: DataFrame, parent_snapshot: DataFrame | None) -> DataFrame:
-    """One sorted partition: the parent's cache entries in sequence order, then every message in
-    unit order (messages of a transaction keep their own order)."""
-    messages = units.select(
-        F.lit(kernel.MESSAGE_PHASE).alias("phase"),
-        F.col("unit_us").alias("k1"), F.col("unit_row").alias("k2"),
-        F.col("received_us").alias("k3"), F.col("row_id").alias("k4"),
-        "row_id", "message_id", "txn_id", "address", "cache", "dedup_key",
-        F.lit(None).cast("long").alias("cache_seq"),
-        F.lit(None).cast("string").alias("accepted_batch_id"),
-    )
-    # Spark runs no task for an empty partition: the end marker makes sure the kernel always runs.
-    end = units.sparkSession.range(1).select(
-        F.lit(kernel.END_PHASE).alias("phase"),
-        *[F.lit(0).cast("long").alias(k) for k in ("k1", "k2", "k3", "k4")],
-        F.lit(None).cast("long").alias("row_id"),
-        *[F.lit(None).cast("string").alias(c) for c in ("message_id", "txn_id", "address", "cache", "dedup_key")],
-        F.lit(None).cast("long").alias("cache_seq"),
-        F.lit(None).cast("string").alias("accepted_batch_id"),
-    )
-    stream = messages.unionByName(end)
+    """One sorted partition: the parent's entries for the contested keys, then the contested
+    messages in unit order (messages of a transaction keep their own order)."""
+    contested = units.filter(F.col("contested"))
+    messages = contested.select(
+        F.lit(kernel.MESSAGE_PHASE).alias("phase"), *_UNIT_ORDER, "message_id", "txn_id", "address",
+        "cache", "dedup_key", F.lit(None).cast("long").alias("cache_seq"),
+        F.col("free_rank").alias("free_before"), "contested_rank")
+    stream = messages
     if parent_snapshot is not None:
-        entries = parent_snapshot.select(
+        wanted = contested.filter(F.col("cache").isNotNull()).select("cache", "dedup_key").distinct()
+        entries = parent_snapshot.join(wanted, ["cache", "dedup_key"], "left_semi").select(
             F.lit(kernel.SNAPSHOT_PHASE).alias("phase"),
-            F.col("cache_seq").alias("k1"), F.lit(0).cast("long").alias("k2"),
-            F.lit(0).cast("long").alias("k3"), F.lit(0).cast("long").alias("k4"),
-            F.lit(None).cast("long").alias("row_id"), "message_id",
+            *[F.lit(0).cast("long").alias(c) for c in _UNIT_ORDER], "message_id",
             F.lit(None).cast("string").alias("txn_id"), "address", "cache", "dedup_key",
-            "cache_seq", "accepted_batch_id",
-        )
+            "cache_seq", *[F.lit(None).cast("long").alias(c) for c in ("free_before", "contested_rank")])
         stream = entries.unionByName(stream)
-    return stream.repartition(1).sortWithinPartitions("phase", "k1", "k2", "k3", "k4")
+    return stream.repartition(1).sortWithinPartitions("phase", *_UNIT_ORDER)
 
 
-def decide(stream: DataFrame, settings: AddressSettings, batch_id: str,
-           counters: dict[str, dict]) -> DataFrame:
-    """Verdicts, cache entries and counters (kernel.OUTPUT_SCHEMA rows) for a decision stream."""
-    return stream.mapInArrow(
-        lambda batches: kernel.decide(batches, settings, batch_id, counters), OUTPUT_SPARK_SCHEMA
-    )
+def decide(stream: DataFrame, settings: AddressSettings, counters: dict[str, dict]) -> DataFrame:
+    """The kernel's verdicts (kernel.OUTPUT_SCHEMA) for a decision stream."""
+    return stream.mapInArrow(lambda batches: kernel.decide(batches, settings, counters), OUTPUT_SPARK_SCHEMA)
 
 
 # -- outputs --------------------------------------------------------------------------------------
-def verdicts(decisions: DataFrame, copies: DataFrame) -> DataFrame:
-    """One row per valid message: the kernel's verdict, or quarantined as a repeated message_id."""
-    decided = decisions.filter(F.col("record_type") == kernel.VERDICT).select(
-        "row_id", "outcome", "reason", "duplicate_of", "cache_seq", F.lit(None).cast("string").alias("error"))
+VERDICT_COLUMNS = ["row_id", "outcome", "reason", "duplicate_of", "cache_seq", "error",
+                   "message_id", "address", "cache", "dedup_key"]
+
+
+def verdicts(units: DataFrame, decisions: DataFrame, copies: DataFrame, counters: DataFrame) -> DataFrame:
+    """One row per valid message: delivered (every uncontested unit), the kernel's verdict, or
+    quarantined as a repeated message_id.
+
+    An uncontested message's ``cache_seq`` is the parent's counter (``counters``: ``cache``,
+    ``last_seq``; small) + its ``free_rank`` + the contested acceptances before it, which the
+    kernel reported at the contested message ranked just before it (see kernel.py).
+    """
+    contested_accepted = decisions.filter(F.col("cache").isNotNull()).select(
+        "cache", "contested_rank", "accepted_after")
+    free = (
+        units.filter(~F.col("contested"))
+        .join(contested_accepted, ["cache", "contested_rank"], "left")
+        .join(F.broadcast(counters), "cache", "left")
+        .select("row_id", F.lit(kernel.DELIVERED).alias("outcome"),
+                *[F.lit(None).cast("string").alias(c) for c in ("reason", "duplicate_of")],
+                (F.coalesce("last_seq", F.lit(0)) + F.col("free_rank") + F.coalesce("accepted_after", F.lit(0)))
+                .alias("cache_seq"),
+                "message_id", "address", "cache", "dedup_key")
+    )
+    decided = units.filter(F.col("contested")).select("row_id", "message_id", "address", "cache", "dedup_key").join(
+        decisions.select("row_id", "outcome", "reason", "duplicate_of", "cache_seq"), "row_id")
     quarantined = copies.select(
-        "row_id", F.lit(QUARANTINED).alias("outcome"), F.lit(None).cast("string").alias("reason"),
-        F.lit(None).cast("string").alias("duplicate_of"), F.lit(None).cast("long").alias("cache_seq"), "error")
-    return decided.unionByName(quarantined)
+        "row_id", F.lit(QUARANTINED).alias("outcome"), *[F.lit(None).cast("string").alias(c) for c in (
+            "reason", "duplicate_of")], F.lit(None).cast("long").alias("cache_seq"), "error",
+        *[F.lit(None).cast("string").alias(c) for c in ("message_id", "address", "cache", "dedup_key")])
+    no_error = F.lit(None).cast("string").alias("error")
+    return (free.select("*", no_error).unionByName(decided.select("*", no_error))
+            .unionByName(quarantined).select(*VERDICT_COLUMNS))
+
+
+def verdict_counts(verdicts: DataFrame) -> DataFrame:
+    """Verdicts counted by (address, cache, outcome, reason): few rows, what the books, the
+    counters and the manifest's per-address counts are made of."""
+    return verdicts.groupBy("address", "cache", "outcome", "reason").count()
+
+
+def with_outcome(verdicts: DataFrame, outcome: str) -> DataFrame:
+    return verdicts.filter(F.col("outcome") == outcome)
 
 
 def judge(valid: DataFrame, verdicts: DataFrame) -> DataFrame:
-    """Valid messages with their verdicts: the one shuffle of wide rows (raw lines stay out)."""
-    return valid.drop("error", "raw_line").join(verdicts, "row_id")
+    """Valid messages with their verdicts: a join of wide rows (raw lines stay out). Each output
+    joins only the verdicts it keeps (``with_outcome``), so that side stays small enough to
+    broadcast and the wide rows are read, never shuffled."""
+    return valid.drop("error", "raw_line").join(
+        verdicts.select("row_id", "outcome", "reason", "duplicate_of", "cache_seq", "error"), "row_id")
 
 
-def delivered(judged: DataFrame) -> DataFrame:
+def delivered(valid: DataFrame, verdicts: DataFrame) -> DataFrame:
     return (
-        judged.filter(F.col("outcome") == kernel.DELIVERED)
+        judge(valid, verdicts).filter(F.col("outcome") == kernel.DELIVERED)
         .sortWithinPartitions("received_us", "row_id")
         .select(*MESSAGE_COLUMNS, "cache", "dedup_key", "cache_seq")
     )
 
 
-def dropped(judged: DataFrame) -> DataFrame:
+def dropped(valid: DataFrame, verdicts: DataFrame) -> DataFrame:
     return (
-        judged.filter(F.col("outcome") == kernel.DROPPED)
+        judge(valid, verdicts).filter(F.col("outcome") == kernel.DROPPED)
         .sortWithinPartitions("received_us", "row_id")
         .select(*MESSAGE_COLUMNS, "cache", "dedup_key", "reason", "duplicate_of")
     )
 
 
-def quarantine(invalid: DataFrame, valid: DataFrame, verdicts: DataFrame) -> DataFrame:
-    """Invalid lines and repeated message_ids, with their raw lines, in input order."""
+def repeated_ids(verdicts: DataFrame) -> DataFrame:
+    return with_outcome(verdicts, QUARANTINED).select("row_id", "error")
+
+
+def quarantine(invalid: DataFrame, valid: DataFrame, repeated: DataFrame | None) -> DataFrame:
+    """Invalid lines and repeated message_ids (``repeated_ids``, or None when there are none: the
+    usual case, which then needs no join of the wide rows), with their raw lines, in input order."""
     columns = ["raw_line", "source_file", "line_number", "error", "row_id"]
-    repeated = verdicts.filter(F.col("outcome") == QUARANTINED).select("row_id", "error")
-    copies = valid.drop("error").join(repeated, "row_id").select(*columns)
-    return invalid.select(*columns).unionByName(copies).sortWithinPartitions("row_id").drop("row_id")
+    quarantined = invalid.select(*columns)
+    if repeated is not None:
+        quarantined = quarantined.unionByName(valid.drop("error").join(repeated, "row_id").select(*columns))
+    return quarantined.sortWithinPartitions("row_id").drop("row_id")
 
 
-def snapshot(decisions: DataFrame) -> DataFrame:
-    return (
-        decisions.filter(F.col("record_type") == kernel.ENTRY)
-        .select("cache", "dedup_key", "cache_seq", "message_id", "address", "accepted_batch_id")
-    )
+def snapshot(verdicts: DataFrame, parent_snapshot: DataFrame | None, floors: DataFrame,
+             batch_id: str) -> DataFrame:
+    """The new ID cache: the parent's entries and this batch's acceptances that are still among
+    the last ``id_cache_size`` of their cache, i.e. whose ``cache_seq`` is above the cache's
+    floor (``floors``: ``cache``, ``floor`` = new counter - size; small)."""
+    columns = ["cache", "dedup_key", "cache_seq", "message_id", "address", "accepted_batch_id"]
+    entries = verdicts.filter(F.col("cache_seq").isNotNull()).withColumn("accepted_batch_id", F.lit(batch_id))
+    entries = entries.select(*columns)
+    if parent_snapshot is not None:
+        entries = parent_snapshot.select(*columns).unionByName(entries)
+    return (entries.join(F.broadcast(floors), "cache")
+            .filter(F.col("cache_seq") > F.col("floor")).select(*columns))
 
 
-def cache_state(decisions: DataFrame) -> DataFrame:
-    """Per cache: counter, size and fill; plus one row carrying the snapshot digest."""
-    return (
-        decisions.filter(F.col("record_type").isin(kernel.COUNTER, kernel.DIGEST))
-        .select("record_type", "cache", "address", F.col("cache_seq").alias("last_seq"),
-                "id_cache_size", "entries", "digest")
-    )
+def entry_digests(snapshot: DataFrame) -> DataFrame:
+    """Per cache: its entry count and a digest of its entries (few rows).
+
+    The digest XORs two 64-bit hashes of every entry (key, seq, message_id): the seq puts the
+    order in each entry, the keys of a cache are distinct, so no sort is needed and the caches
+    are hashed in parallel. It tells runs apart, it is not a security measure.
+    """
+    entry = ["dedup_key", "cache_seq", "message_id"]
+    return snapshot.groupBy("cache").agg(
+        F.count(F.lit(1)).alias("entries"),
+        F.format_string("%016x%016x", F.bit_xor(F.xxhash64(*entry)), F.bit_xor(F.xxhash64(F.lit(1), *entry)))
+        .alias("digest"))
