@@ -94,10 +94,15 @@ def run_batch(spark: SparkSession, input_path: str, warehouse_root: str, batch_i
     parent_snapshot = spark.read.parquet(warehouse.output_dir("id_cache", parent)) if parent else None
     counters_in = parent_manifest["caches"] if parent_manifest else {}
     messages = transforms.messages(flagged)
-    repeated_keys = _kept(transforms.repeated_keys(messages, parent_snapshot), kept)
+    batch_keys = _kept(transforms.batch_keys(messages), kept)
+    entries_met = None
+    if parent_snapshot is not None:
+        entries_met = _kept(transforms.entries_met(
+            parent_snapshot, _broadcast_if_small(batch_keys, batch_keys.count())), kept)
+    repeated_keys = _kept(transforms.repeated_keys(batch_keys, entries_met), kept)
     marked = transforms.mark_repeated(messages, _broadcast_if_small(repeated_keys, repeated_keys.count()))
     units = _write(transforms.rank_in_caches(transforms.assign_units(marked)), f"{staging}/_work/units")
-    decisions = _write(transforms.decide(transforms.decision_stream(units, parent_snapshot), settings, counters_in),
+    decisions = _write(transforms.decide(transforms.decision_stream(units, entries_met), settings, counters_in),
                        f"{staging}/_work/decisions")
     verdicts = _write(transforms.verdicts(units, decisions, transforms.copies(flagged), _counters(spark, counters_in)),
                       f"{staging}/_work/verdicts")

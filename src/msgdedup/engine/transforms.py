@@ -84,17 +84,29 @@ def copies(flagged: DataFrame) -> DataFrame:
 
 
 # -- units ----------------------------------------------------------------------------------------
-def repeated_keys(messages: DataFrame, parent_snapshot: DataFrame | None) -> DataFrame:
+def batch_keys(messages: DataFrame) -> DataFrame:
+    """Every (cache, dedup_key) of the batch and how often it occurs (``count``)."""
+    return messages.filter(F.col("cache").isNotNull()).groupBy("cache", "dedup_key").count()
+
+
+def entries_met(parent_snapshot: DataFrame, batch_keys: DataFrame) -> DataFrame:
+    """The parent snapshot's entries whose key occurs in the batch: the only ones a message of the
+    batch can hit. A semi-join that reads the snapshot once and keeps a few rows, so a batch's cost
+    grows with the snapshot by one scan, not by a shuffle of it."""
+    return parent_snapshot.join(batch_keys.select("cache", "dedup_key"), ["cache", "dedup_key"], "left_semi")
+
+
+def repeated_keys(batch_keys: DataFrame, entries_met: DataFrame | None) -> DataFrame:
     """(cache, dedup_key) pairs that occur more than once in the batch and the parent snapshot
     together.
 
     A key that is not repeated can never be found in its cache (it was never accepted, or fell
     out of the cache before the snapshot), which is what lets most units skip the ordered pass.
     """
-    occurrences = messages.filter(F.col("cache").isNotNull()).select("cache", "dedup_key")
-    if parent_snapshot is not None:
-        occurrences = occurrences.unionByName(parent_snapshot.select("cache", "dedup_key"))
-    return occurrences.groupBy("cache", "dedup_key").count().filter(F.col("count") > 1).select("cache", "dedup_key")
+    repeated = batch_keys.filter(F.col("count") > 1).select("cache", "dedup_key")
+    if entries_met is not None:
+        repeated = repeated.unionByName(entries_met.select("cache", "dedup_key")).distinct()
+    return repeated
 
 
 def mark_repeated(messages: DataFrame, repeated: DataFrame) -> DataFrame:
@@ -147,18 +159,18 @@ def rank_in_caches(units: DataFrame) -> DataFrame:
 
 
 # -- decide ---------------------------------------------------------------------------------------
-def decision_stream(units: DataFrame, parent_snapshot: DataFrame | None) -> DataFrame:
-    """One sorted partition: the parent's entries for the contested keys, then the contested
-    messages in unit order (messages of a transaction keep their own order)."""
+def decision_stream(units: DataFrame, entries_met: DataFrame | None) -> DataFrame:
+    """One sorted partition: the parent's entries the batch's keys can meet (``entries_met``; all
+    of them are contested keys), then the contested messages in unit order (messages of a
+    transaction keep their own order)."""
     contested = units.filter(F.col("contested"))
     messages = contested.select(
         F.lit(kernel.MESSAGE_PHASE).alias("phase"), *_UNIT_ORDER, "message_id", "txn_id", "address",
         "cache", "dedup_key", F.lit(None).cast("long").alias("cache_seq"),
         F.col("free_rank").alias("free_before"), "contested_rank")
     stream = messages
-    if parent_snapshot is not None:
-        wanted = contested.filter(F.col("cache").isNotNull()).select("cache", "dedup_key").distinct()
-        entries = parent_snapshot.join(wanted, ["cache", "dedup_key"], "left_semi").select(
+    if entries_met is not None:
+        entries = entries_met.select(
             F.lit(kernel.SNAPSHOT_PHASE).alias("phase"),
             *[F.lit(0).cast("long").alias(c) for c in _UNIT_ORDER], "message_id",
             F.lit(None).cast("string").alias("txn_id"), "address", "cache", "dedup_key",
