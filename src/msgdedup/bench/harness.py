@@ -56,7 +56,7 @@ class Scale:
 
 
 SCALES = {
-    # ~15 minutes on a quiet 2-core machine: three 1M scenarios, 24 small batches, one DAG run.
+    # about 28 minutes on a 2-core machine (16 of them the history batches): three 1M scenarios, 24 small batches, one DAG run.
     "small": Scale(sizes=(1_000_000,), history_batches=24, history_messages=20_000),
     # More heap for every contender at 10M (local mode: driver and executors share one JVM), so that
     # none fails for want of memory -- the streaming peer keeps all its dedup state on the heap.
