@@ -254,12 +254,8 @@ def dropped(valid: DataFrame, verdicts: DataFrame) -> DataFrame:
     )
 
 
-def repeated_ids(verdicts: DataFrame) -> DataFrame:
-    return with_outcome(verdicts, QUARANTINED).select("row_id", "error")
-
-
 def quarantine(invalid: DataFrame, valid: DataFrame, repeated: DataFrame | None) -> DataFrame:
-    """Invalid lines and repeated message_ids (``repeated_ids``, or None when there are none: the
+    """Invalid lines and repeated message_ids (``copies``, or None when there are none: the
     usual case, which then needs no join of the wide rows), with their raw lines, in input order."""
     columns = ["raw_line", "source_file", "line_number", "error", "row_id"]
     quarantined = invalid.select(*columns)
