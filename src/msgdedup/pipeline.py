@@ -21,11 +21,12 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from msgdedup import exit_codes
 from msgdedup.config import load_settings
 from msgdedup.engine import batch
-from msgdedup.engine.warehouse import validate_batch_id
+from msgdedup.layout import validate_batch_id
 from msgdedup.quality import GateResult, GateSettings, hadoop_io, run_gate
-from msgdedup.quality.gate import EXIT_FAILED, EXIT_INTERNAL, EXIT_PASSED, EXIT_USER_ERROR, USER_ERRORS as GATE_USER_ERRORS
+from msgdedup.quality.gate import USER_ERRORS as GATE_USER_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -91,18 +92,18 @@ def run_steps(spark: SparkSession, args, settings, gate_settings: GateSettings,
     try:
         result = run_gate(spark, args.warehouse, args.batch_id, gate_settings)
     except GATE_USER_ERRORS as error:
-        return _gate_error(EXIT_USER_ERROR, str(error))
+        return _gate_error(exit_codes.USER_ERROR, str(error))
     except Exception as error:  # noqa: BLE001 - as gx_gate.py: anything unexpected is exit 1
         log.exception("gx_gate failed")
-        return _gate_error(EXIT_INTERNAL,
+        return _gate_error(exit_codes.INTERNAL_ERROR,
                            f"internal error: {type(error).__name__}: {error}".replace("\n", " "))
     steps["gate_s"] = round(time.monotonic() - started, 3)
     steps["gate_recorded_s"] = recorded_seconds(_gate_document(spark, result))
     if result.success:
         print(f"gx_gate: {result.summary_line()}; data docs: {result.data_docs_path}", flush=True)
-        return EXIT_PASSED
+        return exit_codes.OK
     print(f"gx_gate: {result.summary_line()}", file=sys.stderr, flush=True)
-    return EXIT_FAILED
+    return exit_codes.GATE_FAILED
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         gate_settings = GateSettings.from_config(args.config)
         validate_batch_id(args.batch_id)
     except batch.USER_ERRORS as error:  # before any JVM starts, as dedup_batch.py
-        return batch.report_error(error, EXIT_USER_ERROR)
+        return batch.report_error(error, exit_codes.USER_ERROR)
 
     started = time.monotonic()
     steps: dict[str, Any] = {}

@@ -17,12 +17,13 @@ import json
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from msgdedup.orchestration.partitions import validate_batch_id
+from msgdedup import layout
+from msgdedup.layout import validate_batch_id
 
 QUARANTINE_COLUMNS = ("source_file", "line_number", "error", "raw_line")
 DEFAULT_MAX_ROWS = 50
 MAX_RAW_LINE_CHARS = 500
-DATA_DOCS_DIR = PurePosixPath("quality") / "data_docs"
+DATA_DOCS_DIR = PurePosixPath(layout.data_docs_dir(layout.QUALITY))
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -36,33 +37,35 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 def list_batches(warehouse: str | Path) -> list[dict[str, Any]]:
     """Committed and stale batches, newest first, with their headline numbers."""
-    runs = Path(warehouse) / "runs"
+    runs = Path(layout.runs_dir(warehouse))
     if not runs.is_dir():
         return []
     ids = set()
     for path in runs.glob("*.json"):
-        name = path.name.removesuffix(".json").removesuffix(".stale")
-        try:
-            ids.add(validate_batch_id(name))
-        except ValueError:
-            continue
+        found = layout.batch_id_of_manifest(path.name)
+        if found:
+            ids.add(found[0])
     out = []
     for batch_id in sorted(ids, reverse=True):
-        manifest = _read_json(runs / f"{batch_id}.json") or {}
-        gate = _read_json(Path(warehouse) / "quality" / batch_id / "result.json")
+        manifest = _read_json(Path(layout.manifest(warehouse, batch_id))) or {}
+        gate = _read_json(_gate_result(warehouse, batch_id))
         counts = manifest.get("counts") or {}
         out.append({
             "batch_id": batch_id,
             "committed": bool(manifest),
-            "stale": (runs / f"{batch_id}.stale.json").exists(),
+            "stale": Path(layout.stale_manifest(warehouse, batch_id)).exists(),
             "run_id": manifest.get("run_id"),
             "delivered": counts.get("delivered"),
             "dropped": counts.get("dropped"),
             "quarantined": counts.get("quarantined"),
             "gate": _gate_status(gate, manifest.get("run_id")),
-            "published": (Path(warehouse) / "published" / f"{batch_id}.json").exists(),
+            "published": Path(layout.published(warehouse, batch_id)).exists(),
         })
     return out
+
+
+def _gate_result(warehouse: str | Path, batch_id: str) -> Path:
+    return Path(layout.gate_result(layout.quality_dir(warehouse), batch_id))
 
 
 def _gate_status(gate: dict[str, Any] | None, run_id: str | None) -> str:
@@ -77,7 +80,7 @@ def read_quarantine(warehouse: str | Path, batch_id: str, max_rows: int = DEFAUL
     """At most ``max_rows`` quarantined lines of a batch (reads no more than needed)."""
     import pyarrow.dataset as ds
 
-    directory = Path(warehouse) / "quarantine" / f"batch_id={validate_batch_id(batch_id)}"
+    directory = Path(layout.output_dir(warehouse, "quarantine", validate_batch_id(batch_id)))
     files = sorted(str(p) for p in directory.glob("*.parquet")) if directory.is_dir() else []
     if not files or max_rows <= 0:
         return []
@@ -114,8 +117,8 @@ def batch_report(warehouse: str | Path, batch_id: str, max_rows: int = DEFAULT_M
     """Everything the view shows about one batch (raises ValueError for a bad batch id)."""
     validate_batch_id(batch_id)
     root = Path(warehouse)
-    manifest = _read_json(root / "runs" / f"{batch_id}.json")
-    gate = _read_json(root / "quality" / batch_id / "result.json")
+    manifest = _read_json(Path(layout.manifest(root, batch_id)))
+    gate = _read_json(_gate_result(root, batch_id))
     run_id = (manifest or {}).get("run_id")
     counts = (manifest or {}).get("counts") or {}
     by_address = []
@@ -145,7 +148,7 @@ def batch_report(warehouse: str | Path, batch_id: str, max_rows: int = DEFAULT_M
     return {
         "batch_id": batch_id,
         "committed": manifest is not None,
-        "stale": (root / "runs" / f"{batch_id}.stale.json").exists(),
+        "stale": Path(layout.stale_manifest(root, batch_id)).exists(),
         "run_id": run_id,
         "committed_at": (manifest or {}).get("committed_at"),
         "parent": (manifest or {}).get("parent"),
@@ -169,5 +172,5 @@ def batch_report(warehouse: str | Path, batch_id: str, max_rows: int = DEFAULT_M
             "data_docs": data_docs_relpath(root, gate.get("data_docs_path")),
         },
         "data_docs_index": "index.html" if docs_index.is_file() else None,
-        "published": _read_json(root / "published" / f"{batch_id}.json"),
+        "published": _read_json(Path(layout.published(root, batch_id))),
     }

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from msgdedup.quality import GateInputError, run_gate
-from msgdedup.quality.gate import EXIT_USER_ERROR, GateSettings, main
+from msgdedup.exit_codes import USER_ERROR as EXIT_USER_ERROR
+from msgdedup.quality.gate import GateSettings, main
 from tests.quality.warehouse_fixture import (
     DELIVERED_DDL, DROPPED_DDL, ID_CACHE_DDL, delivered, dropped, entry, two_batches, write_rows,
 )

@@ -17,12 +17,13 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from msgdedup import __version__
+from msgdedup import __version__, exit_codes
 from msgdedup.config import AddressSettings, ConfigError, load_settings
 from msgdedup.engine import kernel, manifest as manifests, parsing, transforms
 from msgdedup.engine.filesystem import HadoopFS
 from msgdedup.engine.reading import InputError, list_input_files, read_lines
-from msgdedup.engine.warehouse import BatchIdError, Warehouse, failpoint, validate_batch_id
+from msgdedup.engine.warehouse import Warehouse, failpoint
+from msgdedup.layout import BatchIdError, validate_batch_id
 
 PROG = "dedup_batch"
 
@@ -286,13 +287,15 @@ USER_ERRORS = (ConfigError, InputError, BatchIdError, StaleHistoryError)
 
 
 def exit_code(error: BaseException) -> int:
-    """2 for what the user can fix (Spark's AnalysisException too: an unreadable input), else 1.
+    """What the user can fix (Spark's AnalysisException too: an unreadable input), else internal.
 
     Shared with ``msgdedup.pipeline`` so the DAG's app and this CLI never disagree on a code.
     """
     from pyspark.errors import AnalysisException
 
-    return 2 if isinstance(error, (*USER_ERRORS, AnalysisException)) else 1
+    if isinstance(error, (*USER_ERRORS, AnalysisException)):
+        return exit_codes.USER_ERROR
+    return exit_codes.INTERNAL_ERROR
 
 
 def spark_session(app_name: str) -> SparkSession:
@@ -320,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = load_settings(args.config)
         validate_batch_id(args.batch_id)
     except USER_ERRORS as error:
-        return report_error(error, 2)
+        return report_error(error, exit_codes.USER_ERROR)
 
     spark = spark_session(f"{PROG} {args.batch_id}")
     try:
@@ -331,11 +334,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         spark.stop()
     print(summary_line(args.batch_id, manifest))
-    return 0
+    return exit_codes.OK
 
 
 def report_error(error: BaseException, code: int) -> int:
     message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    kind = "error" if code == 2 else f"internal error ({type(error).__name__})"
+    kind = "error" if code == exit_codes.USER_ERROR else f"internal error ({type(error).__name__})"
     print(f"{PROG}: {kind}: {message}", file=sys.stderr)
     return code

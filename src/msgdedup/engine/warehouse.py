@@ -17,19 +17,10 @@ from __future__ import annotations
 
 import json
 import os
-import re
 
+from msgdedup import layout
 from msgdedup.engine.filesystem import HadoopFS
-
-OUTPUTS = ("delivered", "dropped", "quarantine", "id_cache")
-RUNS = "runs"
-STAGING = "_staging"
-PUBLISHED = "published"
-INTENT = "_COMMITTING.json"
-STAGED_MANIFEST = "manifest.json"
-STALE_SUFFIX = ".stale.json"
-
-BATCH_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+from msgdedup.layout import INTENT, OUTPUTS, STAGED_MANIFEST
 
 FAILPOINT_ENV = "MSGDEDUP_FAILPOINT"
 FAILPOINT_EXIT_CODE = 86
@@ -45,50 +36,32 @@ def failpoint(name: str) -> None:
         os._exit(FAILPOINT_EXIT_CODE)
 
 
-class BatchIdError(ValueError):
-    pass
-
-
-def validate_batch_id(batch_id: str) -> str:
-    """Batch ids name directories and order history, so only plain, sortable names pass."""
-    if not isinstance(batch_id, str) or not BATCH_ID_PATTERN.match(batch_id) or ".." in batch_id:
-        raise BatchIdError(
-            f"invalid batch id {batch_id!r}: use letters, digits, '-', '_' and '.', "
-            "starting with a letter or digit, e.g. 2026-11-21T05 (ids must sort in time order)"
-        )
-    return batch_id
-
-
 class Warehouse:
     def __init__(self, fs: HadoopFS, root: str) -> None:
         self.fs = fs
         self.root = fs.qualify(root).rstrip("/")
 
-    # -- layout ---------------------------------------------------------------------------------
+    # -- layout (msgdedup.layout, on this warehouse's qualified root) ---------------------------
     def output_dir(self, name: str, batch_id: str) -> str:
-        return f"{self.root}/{name}/batch_id={batch_id}"
+        return layout.output_dir(self.root, name, batch_id)
 
     def manifest_path(self, batch_id: str) -> str:
-        return f"{self.root}/{RUNS}/{batch_id}.json"
+        return layout.manifest(self.root, batch_id)
 
     def stale_manifest_path(self, batch_id: str) -> str:
-        return f"{self.root}/{RUNS}/{batch_id}{STALE_SUFFIX}"
+        return layout.stale_manifest(self.root, batch_id)
 
     def published_path(self, batch_id: str) -> str:
-        return f"{self.root}/{PUBLISHED}/{batch_id}.json"
+        return layout.published(self.root, batch_id)
 
     def staging_dir(self, batch_id: str, run_id: str) -> str:
-        return f"{self.root}/{STAGING}/{batch_id}/{run_id}"
+        return layout.staging_dir(self.root, batch_id, run_id)
 
     # -- history --------------------------------------------------------------------------------
     def committed_batches(self) -> list[str]:
-        names = [f.name for f in self.fs.list(f"{self.root}/{RUNS}") if not f.is_dir]
-        return sorted(n[: -len(".json")] for n in names
-                      if n.endswith(".json") and not n.endswith(STALE_SUFFIX))
-
-    def stale_batches(self) -> list[str]:
-        names = [f.name for f in self.fs.list(f"{self.root}/{RUNS}") if not f.is_dir]
-        return sorted(n[: -len(STALE_SUFFIX)] for n in names if n.endswith(STALE_SUFFIX))
+        found = (layout.batch_id_of_manifest(f.name) for f in self.fs.list(layout.runs_dir(self.root))
+                 if not f.is_dir)
+        return sorted(batch_id for batch_id, stale in filter(None, found) if not stale)
 
     def read_manifest(self, batch_id: str) -> dict:
         return json.loads(self.fs.read_text(self.manifest_path(batch_id)))
@@ -113,7 +86,7 @@ class Warehouse:
     def recover(self) -> list[str]:
         """Finish decided runs, discard undecided ones; returns the batch ids rolled forward."""
         finished = []
-        for batch_dir in self.fs.list(f"{self.root}/{STAGING}"):
+        for batch_dir in self.fs.list(layout.staging_dir(self.root)):
             for run_dir in self.fs.list(batch_dir.path):
                 intent_path = f"{run_dir.path}/{INTENT}"
                 if self.fs.exists(intent_path):

@@ -23,7 +23,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from msgdedup.orchestration.partitions import validate_batch_id
+from msgdedup import layout
+from msgdedup.layout import validate_batch_id
 
 
 class PublishRefused(RuntimeError):
@@ -31,23 +32,23 @@ class PublishRefused(RuntimeError):
 
 
 def manifest_path(warehouse: str | Path, batch_id: str) -> Path:
-    return Path(warehouse) / "runs" / f"{batch_id}.json"
+    return Path(layout.manifest(warehouse, batch_id))
 
 
 def stale_path(warehouse: str | Path, batch_id: str) -> Path:
-    return Path(warehouse) / "runs" / f"{batch_id}.stale.json"
+    return Path(layout.stale_manifest(warehouse, batch_id))
 
 
 def gate_result_path(warehouse: str | Path, batch_id: str) -> Path:
-    return Path(warehouse) / "quality" / batch_id / "result.json"
+    return Path(layout.gate_result(layout.quality_dir(warehouse), batch_id))
 
 
 def published_dir(warehouse: str | Path) -> Path:
-    return Path(warehouse) / "published"
+    return Path(layout.published_dir(warehouse))
 
 
 def published_path(warehouse: str | Path, batch_id: str) -> Path:
-    return published_dir(warehouse) / f"{batch_id}.json"
+    return Path(layout.published(warehouse, batch_id))
 
 
 def _read_json(path: Path, what: str) -> dict[str, Any]:

@@ -29,7 +29,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from msgdedup import reports
 from msgdedup.orchestration import settings
-from msgdedup.orchestration.partitions import InvalidRunRequest, validate_batch_id, validate_root
+from msgdedup.layout import BatchIdError, validate_batch_id
+from msgdedup.orchestration.partitions import InvalidRunRequest, validate_root
 
 MOUNT_PATH = "/data-quality"
 _bearer = HTTPBearer(auto_error=False)
@@ -74,7 +75,7 @@ def current_warehouse() -> Path:
 def _batch_or_404(batch_id: str) -> str:
     try:
         return validate_batch_id(batch_id)
-    except InvalidRunRequest:
+    except BatchIdError:
         raise HTTPException(status_code=404, detail="no such batch") from None
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -38,6 +37,7 @@ from urllib.parse import unquote, urlparse
 
 from pyspark.sql import DataFrame, SparkSession
 
+from msgdedup import exit_codes, layout
 from msgdedup.quality import hadoop_io, tables
 from msgdedup.quality.checks import CHECKED_TABLES, DATA_DOCS_SITE
 from msgdedup.quality.materialise import MaterialisedTables, gate_session
@@ -45,13 +45,6 @@ from msgdedup.quality.project import default_project_dir, open_context
 
 log = logging.getLogger(__name__)
 
-EXIT_PASSED = 0
-EXIT_INTERNAL = 1
-EXIT_USER_ERROR = 2
-EXIT_FAILED = 3
-
-# Same rule as the engine's batch ids: a path segment, nothing that escapes the warehouse.
-_BATCH_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
 class GateInputError(Exception):
@@ -144,19 +137,11 @@ class GateResult:
         }
 
 
-def _paths(warehouse: str, batch_id: str) -> dict[str, str]:
-    root = warehouse.rstrip("/")
-    return {
-        "manifest": f"{root}/runs/{batch_id}.json",
-        **{name: f"{root}/{name}/batch_id={batch_id}" for name in ("delivered", "dropped", "quarantine", "id_cache")},
-    }
-
-
 def read_manifest(spark: SparkSession, warehouse: str, batch_id: str) -> dict:
     """The committed batch's manifest; a missing one means "not committed" (a user error)."""
-    if not _BATCH_ID.match(batch_id or ""):
+    if not layout.is_batch_id(batch_id):
         raise GateInputError(f"bad batch id {batch_id!r}")
-    text = hadoop_io.read_text(spark, _paths(warehouse, batch_id)["manifest"])
+    text = hadoop_io.read_text(spark, layout.manifest(warehouse, batch_id))
     if text is None:
         raise GateInputError(f"batch {batch_id} is not committed in {warehouse} (no runs/{batch_id}.json)")
     try:
@@ -188,11 +173,11 @@ class BatchOutputs:
 
 def read_batch(spark: SparkSession, warehouse: str, batch_id: str) -> BatchOutputs:
     manifest = read_manifest(spark, warehouse, batch_id)
-    paths = _paths(warehouse, batch_id)
-    outputs = {name: _read_output(spark, paths[name], name) for name in ("delivered", "dropped", "quarantine", "id_cache")}
+    outputs = {name: _read_output(spark, layout.output_dir(warehouse, name, batch_id), name)
+               for name in layout.OUTPUTS}
     parent = (manifest.get("parent") or {}).get("batch_id")
     if parent:
-        parent_path = _paths(warehouse, parent)["id_cache"]
+        parent_path = layout.output_dir(warehouse, "id_cache", parent)
         if not hadoop_io.exists(spark, parent_path):
             raise GateInputError(f"parent batch {parent}'s id_cache snapshot is missing: {parent_path}")
         parent_id_cache = spark.read.parquet(parent_path)
@@ -294,7 +279,7 @@ def run_gate(
     session = gate_session(spark)
     with timer.step("read"):
         batch = read_batch(session, warehouse, batch_id)
-    quality_dir = (settings.quality_dir or f"{warehouse}/quality").rstrip("/")
+    quality_dir = (settings.quality_dir or layout.quality_dir(warehouse)).rstrip("/")
     local_quality = hadoop_io.local_directory(quality_dir)
     if local_quality is not None:
         # GX resolves relative store paths against the project directory, not the cwd.
@@ -346,10 +331,10 @@ def run_gate(
             urls = context.get_docs_sites_urls(resource_identifier=identifier, site_name=DATA_DOCS_SITE)
             page = _local_url_to_path(urls[0]["site_url"]) if urls else None
             if scratch is not None and page:
-                page = quality_dir + "/data_docs" + page[len(f"{scratch}/data_docs"):]
+                page = layout.data_docs_dir(quality_dir) + page[len(layout.data_docs_dir(scratch)):]
             outcomes.extend(_outcomes(name, validation, page))
         if scratch is not None:
-            _copy_to_hadoop(spark, f"{scratch}/data_docs", f"{quality_dir}/data_docs")
+            _copy_to_hadoop(spark, layout.data_docs_dir(scratch), layout.data_docs_dir(quality_dir))
             shutil.rmtree(scratch, ignore_errors=True)
 
     gate = GateResult(
@@ -357,8 +342,8 @@ def run_gate(
         run_id=batch.manifest.get("run_id"),
         success=all(o.success for o in outcomes),
         expectations=outcomes,
-        data_docs_path=f"{quality_dir}/data_docs/index.html",
-        result_path=f"{quality_dir}/{batch_id}/result.json",
+        data_docs_path=f"{layout.data_docs_dir(quality_dir)}/index.html",
+        result_path=layout.gate_result(quality_dir, batch_id),
         checked_at=now.isoformat(),
     )
     gate.timings = timer.as_dict()
@@ -415,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             settings = GateSettings.from_config(args.config)
         except ConfigError as exc:
-            return fail(EXIT_USER_ERROR, str(exc))
+            return fail(exit_codes.USER_ERROR, str(exc))
         if args.gx_project:
             settings = GateSettings(project_dir=Path(args.gx_project), quality_dir=settings.quality_dir)
         preload_gx()
@@ -423,12 +408,12 @@ def main(argv: list[str] | None = None) -> int:
         try:
             result = run_gate(spark, args.warehouse, args.batch_id, settings)
         except USER_ERRORS as exc:
-            return fail(EXIT_USER_ERROR, str(exc))
+            return fail(exit_codes.USER_ERROR, str(exc))
     except Exception as exc:  # noqa: BLE001 - the CLI turns anything unexpected into exit 1
         log.exception("gx_gate failed")
-        return fail(EXIT_INTERNAL, f"internal error: {type(exc).__name__}: {exc}".replace("\n", " "))
+        return fail(exit_codes.INTERNAL_ERROR, f"internal error: {type(exc).__name__}: {exc}".replace("\n", " "))
     if result.success:
         print(f"gx_gate: {result.summary_line()}; data docs: {result.data_docs_path}")
-        return EXIT_PASSED
+        return exit_codes.OK
     print(f"gx_gate: {result.summary_line()}", file=sys.stderr)
-    return EXIT_FAILED
+    return exit_codes.GATE_FAILED
