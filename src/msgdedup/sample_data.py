@@ -220,7 +220,8 @@ def default_start(hours: int, now: datetime | None = None) -> datetime:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="msgdedup.sample_data", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, type=Path, help="raw root to write dt=/hour= partitions to")
-    parser.add_argument("--start", help="first hour YYYY-MM-DDTHH (UTC); default: --hours before the last complete hour")
+    parser.add_argument("--start",
+                        help="first hour YYYY-MM-DDTHH (UTC); default: --hours before the last complete hour")
     parser.add_argument("--hours", type=int, default=12)
     parser.add_argument("--messages-per-hour", type=int, default=250)
     parser.add_argument("--seed", type=int, default=7)

@@ -83,7 +83,7 @@ def cluster(tmp_path):
 def test_two_batches_on_a_standalone_cluster_equal_local_mode(spark, cluster, tmp_path):
     master_url, env = cluster
     raws = []
-    for n, batch_id in enumerate(BATCHES):
+    for n in range(len(BATCHES)):
         raw = tmp_path / f"raw{n}"
         write_batch(raw, {
             "a.jsonl": [message(f"{n}-m{i}", address=["a", "b"][i % 2], key=f"k{(i + n * 3) % 7}", at=i,
@@ -91,7 +91,7 @@ def test_two_batches_on_a_standalone_cluster_equal_local_mode(spark, cluster, tm
             "b.jsonl": [message(f"{n}-x{i}", address="a", bridge=f"k{i % 3}", at=i) for i in range(5)] + ["{bad"],
         })
         raws.append(raw)
-    for raw, batch_id in zip(raws, BATCHES):
+    for raw, batch_id in zip(raws, BATCHES, strict=True):
         result = subprocess.run(
             [str(BIN / "spark-submit"), "--master", master_url, "--conf", "spark.ui.enabled=false",
              "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",

@@ -98,7 +98,8 @@ def test_compose_file_is_valid_and_interpolates_every_secret_from_env(tmp_path):
     assert scheduler["AIRFLOW__CORE__FERNET_KEY"] == values["AIRFLOW_FERNET_KEY"]
     assert scheduler["AIRFLOW__API_AUTH__JWT_SECRET"] == values["AIRFLOW_JWT_SECRET"]
     assert dict(environment_items(services["postgres"]))["POSTGRES_PASSWORD"] == values["POSTGRES_PASSWORD"]
-    assert dict(environment_items(services["airflow-init"]))["AIRFLOW_ADMIN_PASSWORD"] == values["AIRFLOW_ADMIN_PASSWORD"]
+    init_environment = dict(environment_items(services["airflow-init"]))
+    assert init_environment["AIRFLOW_ADMIN_PASSWORD"] == values["AIRFLOW_ADMIN_PASSWORD"]
     for name in ("spark-master", "spark-worker", "airflow-scheduler"):
         assert dict(environment_items(services[name]))["SPARK_AUTH_SECRET"] == values["SPARK_AUTH_SECRET"], name
     # Every Airflow component shares the same secrets (JWTs signed by one are checked by another).

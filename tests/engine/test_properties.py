@@ -126,7 +126,8 @@ def test_engine_matches_the_model_on_multi_batch_streams(spark, tmp_path_factory
         settings_ = parse_settings(CONFIGS[config_index])
         expected = oracle.run_batch(batch_id, raw[b], settings_)
         run_batch(spark, str(root / f"raw{b}"), str(warehouse), batch_id, settings_, invalidate_later=True)
-        assert outcome_view(warehouse, batch_id) == model_view(expected), f"batch {batch_id} (run {b}, config {config_index})"
+        assert outcome_view(warehouse, batch_id) == model_view(expected), \
+            f"batch {batch_id} (run {b}, config {config_index})"
         committed = Warehouse(HadoopFS(spark), str(warehouse)).committed_batches()
         assert committed == sorted(oracle.committed), "committed history differs from the model"
     shutil.rmtree(root, ignore_errors=True)

@@ -39,7 +39,7 @@ def _outcomes(view):
 
 def _caches(view):
     caches = {}
-    for cache, key, seq, *_ in sorted(view["snapshot"], key=lambda e: (e[0], e[2])):
+    for cache, key, _seq, *_ in sorted(view["snapshot"], key=lambda e: (e[0], e[2])):
         caches.setdefault(cache, []).append(key)
     return caches
 

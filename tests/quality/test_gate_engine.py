@@ -161,7 +161,8 @@ def test_half_delivered_transaction_is_caught_by_the_transaction_expectation(spa
     assert code == 3, console
     summary = [line for line in console.splitlines() if line.startswith("gx_gate:")]
     assert len(summary) == 1, console
-    assert "gate failed" in summary[0] and "transactions.expect_column_values_to_be_null(partial_delivery)" in summary[0]
+    assert "gate failed" in summary[0]
+    assert "transactions.expect_column_values_to_be_null(partial_delivery)" in summary[0]
 
 
 def gate_command(*args) -> tuple[int, str]:

@@ -65,12 +65,14 @@ def test_accounting_and_id_cache_occupancy(spark):
                 "caches": {"orders.eu": {"id_cache_size": 2, "entries": 2}, "idle": {"id_cache_size": 5, "entries": 0}}}
     d = frame(spark, [delivered("a", 1, "k1", 1), delivered("b", 2, "k2", 2)], DELIVERED_DDL)
     x = frame(spark, [dropped("c", 3, "k1", "duplicate", "a")], DROPPED_DDL)
-    q = spark.createDataFrame([("bad", "f", 4, "not JSON")], "raw_line string, source_file string, line_number long, error string")
+    q = spark.createDataFrame([("bad", "f", 4, "not JSON")],
+                              "raw_line string, source_file string, line_number long, error string")
 
     counts = {r["count"]: (r.declared, r.actual) for r in tables.accounting(spark, manifest, d, x, q).collect()}
     assert counts == {"input_lines": (5, 4), "delivered": (2, 2), "dropped": (1, 1), "quarantined": (1, 1)}
 
-    snapshot = frame(spark, [entry("k1", 1, "a", "B"), entry("k1", 2, "b", "B"), entry("k", 1, "z", "B", cache="ghost")],
+    snapshot = frame(spark, [entry("k1", 1, "a", "B"), entry("k1", 2, "b", "B"),
+                             entry("k", 1, "z", "B", cache="ghost")],
                      ID_CACHE_DDL)
     occupancy = {r.cache: r for r in tables.id_cache_occupancy(snapshot, tables.cache_sizes(spark, manifest)).collect()}
     assert (occupancy["orders.eu"].entries, occupancy["orders.eu"].snapshot_problem) == (
@@ -87,7 +89,8 @@ def test_messages_describe_a_message_id_in_more_than_one_row(spark):
     rows = {(r.output, r.line_number): r.duplicate_message_id for r in tables.messages(d, x).collect()}
 
     assert rows == {
-        ("delivered", 1): "message_id a is in 2 rows (1 delivered, 1 dropped); this one: delivered, part-0.jsonl line 1",
+        ("delivered", 1):
+            "message_id a is in 2 rows (1 delivered, 1 dropped); this one: delivered, part-0.jsonl line 1",
         ("dropped", 3): "message_id a is in 2 rows (1 delivered, 1 dropped); this one: dropped, part-0.jsonl line 3",
         ("delivered", 2): None, ("dropped", 4): None,
         # A missing message_id is the required-field expectation's finding, not a repeated id.

@@ -18,7 +18,8 @@ MESSAGE_DDL = (
 DELIVERED_DDL = MESSAGE_DDL + ", cache string, dedup_key string, cache_seq long"
 DROPPED_DDL = MESSAGE_DDL + ", cache string, dedup_key string, reason string, duplicate_of string"
 QUARANTINE_DDL = "raw_line string, source_file string, line_number long, error string"
-ID_CACHE_DDL = "cache string, dedup_key string, cache_seq long, message_id string, address string, accepted_batch_id string"
+ID_CACHE_DDL = ("cache string, dedup_key string, cache_seq long, message_id string, address string, "
+                "accepted_batch_id string")
 
 T0 = datetime(2026, 11, 21, 4, 0, tzinfo=timezone.utc)
 

@@ -56,7 +56,8 @@ class Scale:
 
 
 SCALES = {
-    # about 28 minutes on a 2-core machine (16 of them the history batches): three 1M scenarios, 24 small batches, one DAG run.
+    # about 28 minutes on a 2-core machine (16 of them the history batches): three 1M scenarios,
+    # 24 small batches, one DAG run.
     "small": Scale(sizes=(1_000_000,), history_batches=24, history_messages=20_000),
     # More heap for every contender at 10M (local mode: driver and executors share one JVM), so that
     # none fails for want of memory -- the streaming peer keeps all its dedup state on the heap.
@@ -187,7 +188,7 @@ class Bench:
         copy = runs.get("copy") or (copy_from or {})
         if copy_from is not None:
             s["copy_from"] = copy_from.get("scenario")
-        for peer, r in runs.items():
+        for r in runs.values():
             if copy.get("wall_s") and r.get("wall_s") and not r.get("error"):
                 r["x_copy"] = round(r["wall_s"] / copy["wall_s"], 3)
         ours = runs.get("ours") or {}
@@ -294,7 +295,8 @@ def publish(results: dict[str, Any], results_dir: Path, docs: Path | None, *also
     path, _ = report.write_results(results, results_dir)
     png = report.plot(results, results_dir / "latest.png")
     table = report.markdown(results)
-    targets = ([docs] if docs is not None else []) + [p for p in also if p.exists() and report.DOCS_START in p.read_text()]
+    targets = ([docs] if docs is not None else []) + [
+        p for p in also if p.exists() and report.DOCS_START in p.read_text()]
     for target in targets:
         rel = os.path.relpath(png, target.parent) if png else None
         report.update_docs(target, table, rel)

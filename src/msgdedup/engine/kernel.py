@@ -73,7 +73,7 @@ class Decider:
         for batch in batches:
             c = batch.to_pydict()
             rows = zip(c["phase"], c["row_id"], c["message_id"], c["txn_id"], c["address"],
-                       c["cache"], c["dedup_key"], c["cache_seq"], c["free_before"], c["contested_rank"])
+                       c["cache"], c["dedup_key"], c["cache_seq"], c["free_before"], c["contested_rank"], strict=True)
             for phase, row_id, message_id, txn_id, address, cache, key, seq, free_before, rank in rows:
                 if phase == SNAPSHOT_PHASE:
                     self.entries[(cache, key)] = (seq, message_id)
@@ -90,9 +90,9 @@ class Decider:
 
     def _flush(self) -> pa.RecordBatch:
         rows, self.verdicts = self.verdicts, []
-        columns = list(zip(*rows))
+        columns = list(zip(*rows, strict=True))
         return pa.RecordBatch.from_arrays(
-            [pa.array(values, field.type) for values, field in zip(columns, OUTPUT_SCHEMA)],
+            [pa.array(values, field.type) for values, field in zip(columns, OUTPUT_SCHEMA, strict=True)],
             schema=OUTPUT_SCHEMA)
 
     def _size(self, cache: str, address: str) -> int:
@@ -133,7 +133,8 @@ class Decider:
                 verdicts.append((DELIVERED, None))
 
         decided = []
-        for (row_id, message_id, _, _, cache, key, free_before, _), (verdict, duplicate_of) in zip(unit, verdicts):
+        for (row_id, message_id, _, _, cache, key, free_before, _), (verdict, duplicate_of) in zip(
+                unit, verdicts, strict=True):
             if verdict == DELIVERED and cause is not None:
                 verdict, duplicate_of = TRANSACTION_REJECTED, cause
             if verdict != DELIVERED:
@@ -145,7 +146,7 @@ class Decider:
                 self.accepted[cache] = self.accepted.get(cache, 0) + 1
                 self.entries[(cache, key)] = (seq, message_id)
             decided.append((row_id, DELIVERED, None, None, seq))
-        for (_, _, _, _, cache, _, _, rank), verdict in zip(unit, decided):
+        for (_, _, _, _, cache, _, _, rank), verdict in zip(unit, decided, strict=True):
             after = self.accepted.get(cache, 0) if cache is not None else None
             self.verdicts.append((*verdict, cache, rank, after))
 

@@ -63,9 +63,11 @@ async def require_user(
 
 def current_warehouse() -> Path:
     """The warehouse Variable (read through the API server's metadata DB), validated."""
+    # Server-side code: the API server reads the metadata DB itself; airflow.sdk.Variable needs a
+    # task supervisor, which the API server does not have.
     from airflow.models import Variable
 
-    value = Variable.get(settings.VAR_WAREHOUSE, default_var=settings.default_warehouse())
+    value = Variable.get(settings.VAR_WAREHOUSE, default_var=settings.default_warehouse())  # noqa: AIR311
     try:
         return Path(validate_root(str(value), "warehouse"))
     except InvalidRunRequest as exc:
@@ -176,7 +178,8 @@ def render_batch(r: dict[str, Any]) -> HTMLResponse:
             [_e(x["suite"]),
              (f"<a href='../data-docs/{_u(x['data_docs'])}'>{_e(x['expectation'])}</a>" if x["data_docs"]
               else _e(x["expectation"])),
-             _e(x["column"]), _status("passed" if x["success"] else "failed"), f"<code>{_e(json.dumps(x['observed'], sort_keys=True))}</code>"]
+             _e(x["column"]), _status("passed" if x["success"] else "failed"),
+             f"<code>{_e(json.dumps(x['observed'], sort_keys=True))}</code>"]
             for x in gate["expectations"]
         ]))
     parts.append(f"<h2>Quarantined lines (first {_e(r['quarantine_limit'])})</h2>")

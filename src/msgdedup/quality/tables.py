@@ -229,7 +229,9 @@ def accounting(
         "count string, declared long",
     )
     actual = (
-        _count(delivered, "delivered").crossJoin(_count(dropped, "dropped")).crossJoin(_count(quarantine, "quarantined"))
+        _count(delivered, "delivered")
+        .crossJoin(_count(dropped, "dropped"))
+        .crossJoin(_count(quarantine, "quarantined"))
         .select(
             F.explode(F.create_map(
                 F.lit("input_lines"), F.col("delivered") + F.col("dropped") + F.col("quarantined"),
@@ -258,15 +260,18 @@ def id_cache_occupancy(id_cache: DataFrame, sizes: DataFrame) -> DataFrame:
     table = per_cache.join(sizes, "cache", "full").select(
         "cache",
         "id_cache_size",
-        *[F.coalesce(F.col(c), F.lit(0)).cast("long").alias(c) for c in ("entries", "distinct_keys", "manifest_entries")],
+        *[F.coalesce(F.col(c), F.lit(0)).cast("long").alias(c)
+          for c in ("entries", "distinct_keys", "manifest_entries")],
     )
     problems = F.concat_ws(
         "; ",
         F.when(F.col("id_cache_size").isNull(), F.format_string("cache %s is not declared in the manifest", "cache")),
         F.when(F.col("entries") != F.col("distinct_keys"),
-               F.format_string("cache %s holds %d keys more than once", "cache", F.col("entries") - F.col("distinct_keys"))),
+               F.format_string("cache %s holds %d keys more than once", "cache",
+                               F.col("entries") - F.col("distinct_keys"))),
         F.when(F.col("entries") != F.col("manifest_entries"),
-               F.format_string("cache %s has %d entries, the manifest says %d", "cache", "entries", "manifest_entries")),
+               F.format_string("cache %s has %d entries, the manifest says %d",
+                               "cache", "entries", "manifest_entries")),
     )
     return table.withColumn("snapshot_problem", F.when(problems != "", problems))
 

@@ -35,7 +35,8 @@ def run(spark: SparkSession, input_path: str, output_path: str, checkpoint: str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_app(run, "bench peer: dropDuplicatesWithinWatermark, trigger availableNow", "msgdedup-bench-streaming", argv, checkpoint=True)
+    return run_app(run, "bench peer: dropDuplicatesWithinWatermark, trigger availableNow",
+                   "msgdedup-bench-streaming", argv, checkpoint=True)
 
 
 if __name__ == "__main__":
