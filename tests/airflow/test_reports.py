@@ -67,3 +67,18 @@ def test_html_escapes_untrusted_values(tmp_path):
     assert "<b>bad</b>" not in html
     index = render_index(reports.list_batches(wh), wh).body.decode()
     assert f"href='batches/{BATCH}'" in index
+
+
+def test_every_committed_batch_id_is_listed_and_has_a_page(tmp_path):
+    """The view lists what the warehouse holds, by the warehouse's batch-id rule (not the DAG's hourly one)."""
+    wh = _warehouse(tmp_path)
+    (wh / "runs" / "nightly-01.json").write_text(json.dumps({"batch_id": "nightly-01", "run_id": "n1"}))
+    (wh / "runs" / "zz.stale.json").write_text(json.dumps({"batch_id": "zz", "run_id": "z1"}))
+    (wh / "runs" / "notes.txt").write_text("not a manifest")
+    listed = {b["batch_id"]: b for b in reports.list_batches(wh)}
+    assert sorted(listed) == [BATCH, "nightly-01", "zz"]
+    assert listed["zz"]["stale"] and not listed["zz"]["committed"]
+    page = reports.batch_report(wh, "nightly-01")
+    assert page["committed"] and page["run_id"] == "n1"
+    index = render_index(reports.list_batches(wh), wh).body.decode()
+    assert "href='batches/nightly-01'" in index and "href='batches/zz'" in index

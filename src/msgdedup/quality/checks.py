@@ -153,7 +153,3 @@ CHECKED_TABLES: tuple[CheckedTable, ...] = (
 DATASOURCE = "msgdedup_batch"
 BATCH_DEFINITION = "whole_batch"
 DATA_DOCS_SITE = "warehouse_site"
-
-
-def by_name() -> dict[str, CheckedTable]:
-    return {table.name: table for table in CHECKED_TABLES}
