@@ -13,26 +13,16 @@ Everything is read from the warehouse (docs/architecture.md), never from Airflow
 
 from __future__ import annotations
 
-import json
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from msgdedup import layout
+from msgdedup import json_files, layout
 from msgdedup.layout import validate_batch_id
 
 QUARANTINE_COLUMNS = ("source_file", "line_number", "error", "raw_line")
 DEFAULT_MAX_ROWS = 50
 MAX_RAW_LINE_CHARS = 500
 DATA_DOCS_DIR = PurePosixPath(layout.data_docs_dir(layout.QUALITY))
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        with path.open(encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def list_batches(warehouse: str | Path) -> list[dict[str, Any]]:
@@ -47,8 +37,8 @@ def list_batches(warehouse: str | Path) -> list[dict[str, Any]]:
             ids.add(found[0])
     out = []
     for batch_id in sorted(ids, reverse=True):
-        manifest = _read_json(Path(layout.manifest(warehouse, batch_id))) or {}
-        gate = _read_json(_gate_result(warehouse, batch_id))
+        manifest = json_files.read_object_or_none(Path(layout.manifest(warehouse, batch_id))) or {}
+        gate = json_files.read_object_or_none(_gate_result(warehouse, batch_id))
         counts = manifest.get("counts") or {}
         out.append({
             "batch_id": batch_id,
@@ -117,8 +107,8 @@ def batch_report(warehouse: str | Path, batch_id: str, max_rows: int = DEFAULT_M
     """Everything the view shows about one batch (raises ValueError for a bad batch id)."""
     validate_batch_id(batch_id)
     root = Path(warehouse)
-    manifest = _read_json(Path(layout.manifest(root, batch_id)))
-    gate = _read_json(_gate_result(root, batch_id))
+    manifest = json_files.read_object_or_none(Path(layout.manifest(root, batch_id)))
+    gate = json_files.read_object_or_none(_gate_result(root, batch_id))
     run_id = (manifest or {}).get("run_id")
     counts = (manifest or {}).get("counts") or {}
     by_address = []
@@ -172,5 +162,5 @@ def batch_report(warehouse: str | Path, batch_id: str, max_rows: int = DEFAULT_M
             "data_docs": data_docs_relpath(root, gate.get("data_docs_path")),
         },
         "data_docs_index": "index.html" if docs_index.is_file() else None,
-        "published": _read_json(Path(layout.published(root, batch_id))),
+        "published": json_files.read_object_or_none(Path(layout.published(root, batch_id))),
     }

@@ -16,14 +16,11 @@ engine run of a batch is the published one.
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from msgdedup import layout
+from msgdedup import json_files, layout
 from msgdedup.layout import validate_batch_id
 
 
@@ -53,15 +50,9 @@ def published_path(warehouse: str | Path, batch_id: str) -> Path:
 
 def _read_json(path: Path, what: str) -> dict[str, Any]:
     try:
-        with path.open(encoding="utf-8") as fh:
-            data = json.load(fh)
-    except FileNotFoundError:
-        raise PublishRefused(f"{what} {path} does not exist") from None
-    except (OSError, ValueError) as exc:
-        raise PublishRefused(f"{what} {path} is unreadable: {exc}") from None
-    if not isinstance(data, dict):
-        raise PublishRefused(f"{what} {path} is not a JSON object")
-    return data
+        return json_files.read_object(path, what)
+    except json_files.DocumentError as exc:
+        raise PublishRefused(str(exc)) from None
 
 
 def gate_passed(result: dict[str, Any]) -> bool:
@@ -98,31 +89,10 @@ def audit(warehouse: str | Path, batch_id: str) -> dict[str, Any]:
     }
 
 
-def atomic_write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write ``data`` to ``path`` so that readers see either the old or the new file, whole."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
 def publish(warehouse: str | Path, batch_id: str) -> dict[str, Any]:
     """Audit, then atomically write ``published/<ID>.json``; return the record."""
     record = audit(warehouse, batch_id)
-    atomic_write_json(published_path(warehouse, batch_id), record)
+    json_files.write_atomic(published_path(warehouse, batch_id), record)
     return record
 
 
