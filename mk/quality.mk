@@ -4,3 +4,10 @@
 .PHONY: gx-project
 gx-project: setup
 	$(VENV)/bin/python -m msgdedup.quality.project expectations
+
+# Data Docs assets: re-download the pinned browser assets of the GX Data Docs from the npm
+# registry and re-checksum them (src/msgdedup/quality/data_docs_assets/manifest.json). Only
+# needed when the pins change (e.g. a GX upgrade); nothing else needs the network.
+.PHONY: data-docs-assets
+data-docs-assets:
+	$(PYTHON) scripts/update_data_docs_assets.py
