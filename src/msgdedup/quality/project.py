@@ -10,7 +10,8 @@ The checkpoints carry no ``UpdateDataDocsAction``: each Data Docs build also rew
 site's index over every batch ever validated, so the gate builds the site once per batch for
 all five results instead of once per checkpoint. The Spark data source does not persist the
 dataframes it is given (``persist: false``): the gate caches each checked table itself, once,
-before GX reads it.
+before GX reads it. The Data Docs site is built by ``data_docs_offline.OfflineSiteBuilder``,
+whose pages load pinned copies of their browser assets instead of public CDNs.
 
 Regenerate after changing ``checks.py``::
 
@@ -79,7 +80,10 @@ checkpoint_store_name: checkpoint_store
 
 data_docs_sites:
   {DATA_DOCS_SITE}:
-    class_name: SiteBuilder
+    # GX's SiteBuilder with the pages' CDN assets (Bootstrap, jQuery, ...) replaced by pinned
+    # copies shipped with msgdedup, so the site renders with no internet access.
+    module_name: msgdedup.quality.data_docs_offline
+    class_name: OfflineSiteBuilder
     show_how_to_buttons: false
     store_backend:
       class_name: TupleFilesystemStoreBackend
