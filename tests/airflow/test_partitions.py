@@ -14,7 +14,7 @@ from msgdedup.orchestration.partitions import (
     RunSpec,
     batch_id_for,
     resolve,
-    validate_batch_id,
+    validate_partition_id,
     validate_root,
 )
 
@@ -97,7 +97,7 @@ def test_run_without_interval_needs_the_partition_param():
 @pytest.mark.parametrize("value", HOSTILE)
 def test_task_refuses_hostile_partition(value):
     with pytest.raises(InvalidRunRequest, match="invalid partition"):
-        validate_batch_id(value)
+        validate_partition_id(value)
 
 
 @pytest.mark.parametrize("value", ["relative/raw", "/data/../etc", "ftp://x/raw", "/data/raw\nx", "file://host/x"])

@@ -5,8 +5,9 @@ One run per hourly raw partition ``<raw_root>/dt=YYYY-MM-DD/hour=HH/``; its batc
 (``CronDataIntervalTimetable("0 * * * *", timezone="UTC")``: the run for 05:00-06:00 processes
 ``hour=05``); a manual run may name the partition with the ``partition`` param.
 
-Nothing typed by a user reaches a shell or a path without passing :func:`validate_batch_id`
-(the trigger form checks the same pattern with JSON schema first).
+Nothing typed by a user reaches a shell or a path without passing :func:`validate_partition_id`
+(the trigger form checks the same pattern with JSON schema first). This is the DAG's rule (an
+hourly partition); the warehouse's own, wider batch-id rule is :func:`msgdedup.layout.validate_batch_id`.
 """
 
 from __future__ import annotations
@@ -21,23 +22,23 @@ from urllib.parse import urlparse
 from msgdedup.orchestration import settings
 
 # JSON schema of the trigger form (checked by the API before a run exists, and by the UI form).
-# Month/day/hour ranges are checked here; the task checks the calendar (validate_batch_id).
-BATCH_ID_PATTERN = r"^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3])$"
-BATCH_ID_LENGTH = 13  # with the pattern: no trailing newline (Python's "$" accepts one)
-_BATCH_ID_RE = re.compile(r"\A(\d{4})-(\d{2})-(\d{2})T(\d{2})\Z")
+# Month/day/hour ranges are checked here; the task checks the calendar (validate_partition_id).
+PARTITION_ID_PATTERN = r"^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3])$"
+PARTITION_ID_LENGTH = 13  # with the pattern: no trailing newline (Python's "$" accepts one)
+_PARTITION_ID_RE = re.compile(r"\A(\d{4})-(\d{2})-(\d{2})T(\d{2})\Z")
 
 
 class InvalidRunRequest(ValueError):
     """A parameter or setting that must not be used (bad batch id, unsafe path, ...)."""
 
 
-def validate_batch_id(value: Any) -> str:
-    """Return ``value`` if it is a real hour ``YYYY-MM-DDTHH``, else raise InvalidRunRequest."""
-    if not isinstance(value, str) or not _BATCH_ID_RE.match(value):
+def validate_partition_id(value: Any) -> str:
+    """Return ``value`` if it names a real hourly partition ``YYYY-MM-DDTHH``, else raise InvalidRunRequest."""
+    if not isinstance(value, str) or not _PARTITION_ID_RE.match(value):
         raise InvalidRunRequest(
             f"invalid partition {value!r}: expected an hour as YYYY-MM-DDTHH, e.g. 2026-11-21T05"
         )
-    y, m, d, h = (int(g) for g in _BATCH_ID_RE.match(value).groups())
+    y, m, d, h = (int(g) for g in _PARTITION_ID_RE.match(value).groups())
     try:
         datetime(y, m, d, h)
     except ValueError as exc:
@@ -55,13 +56,8 @@ def batch_id_for(instant: datetime) -> str:
     return utc.strftime("%Y-%m-%dT%H")
 
 
-def hour_start(batch_id: str) -> datetime:
-    validate_batch_id(batch_id)
-    return datetime.strptime(batch_id, "%Y-%m-%dT%H").replace(tzinfo=timezone.utc)
-
-
 def partition_relpath(batch_id: str) -> str:
-    validate_batch_id(batch_id)
+    validate_partition_id(batch_id)
     return f"dt={batch_id[:10]}/hour={batch_id[11:13]}"
 
 
@@ -115,7 +111,7 @@ class RunSpec:
     def from_dict(cls, data: dict[str, Any]) -> RunSpec:
         spec = cls(**data)
         # Re-validate: an XCom is data like any other.
-        validate_batch_id(spec.batch_id)
+        validate_partition_id(spec.batch_id)
         validate_root(spec.partition, "partition")
         validate_root(spec.warehouse, "warehouse")
         if spec.config is not None:
@@ -152,7 +148,7 @@ def resolve(
     """The validated RunSpec of a run (pure: the caller supplies Variables and the interval)."""
     override = params.get("partition")
     if override not in (None, ""):
-        batch_id = validate_batch_id(override)
+        batch_id = validate_partition_id(override)
     else:
         if data_interval_start is None:
             raise InvalidRunRequest(
