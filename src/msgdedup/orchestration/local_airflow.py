@@ -2,12 +2,24 @@
 
 ``LocalAirflow(home, port)`` writes ``<home>/airflow.cfg`` (SQLite, LocalExecutor, low
 parallelism for a 2-core machine, SimpleAuthManager with one ``admin`` user whose random password
-is generated into ``<home>/simple_auth_manager_passwords.json.generated``, random JWT/API
-secrets), migrates the metadata DB, and starts the components as background processes:
+is generated into ``<home>/simple_auth_manager_passwords.json.generated``, random JWT/API/Fernet
+secrets in ``<home>/secrets/``), migrates the metadata DB, and starts the components as background processes:
 ``api-server`` (UI + REST + our plugin), ``scheduler``, ``dag-processor`` and ``triggerer``.
 Each writes ``<home>/run/<component>.pid`` and ``<home>/logs/<component>.log``; :meth:`stop`
 stops exactly those processes (their process groups). Everything is idempotent: starting a
 running Airflow does nothing, stopping a stopped one does nothing.
+
+Secrets: ``airflow.cfg`` (it holds the Fernet key and the API/JWT secrets), the password file and
+``secrets/*`` are created with mode 0600 (``secrets/`` and the home itself 0700) in the ``open``
+call itself, so they are never readable by others, whatever the umask, not even for a moment.
+
+SQLite and several processes: every component (and every ``airflow`` CLI call) waits up to
+:data:`SQLITE_BUSY_TIMEOUT_S` for the database's write lock instead of sqlite3's default 5 s
+(``[database] sql_alchemy_connect_args``). While the components start (the dag-processor
+serialises the DAG, the scheduler and the API server write their state), one of them can hold the
+lock longer than 5 s on a busy 2-core machine, and a writer that gives up after 5 s fails with
+``sqlite3.OperationalError: database is locked`` (SQLAlchemy's e3q8): that was ``make demo``'s
+``backfill create failed``.
 
 CLI (used by ``make demo`` / ``make stop``)::
 
@@ -35,6 +47,33 @@ from typing import Any
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 ADMIN_USER = "admin"
+PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
+
+# sqlite3's busy timeout for every Airflow process of a local home (see the module docstring).
+# Airflow imports these dicts by name ([database] sql_alchemy_connect_args[_async]) and adds
+# its own keys to them, so each engine gets its own.
+SQLITE_BUSY_TIMEOUT_S = 60
+SQLITE_CONNECT_ARGS = {"timeout": SQLITE_BUSY_TIMEOUT_S}
+SQLITE_CONNECT_ARGS_ASYNC = {"timeout": SQLITE_BUSY_TIMEOUT_S}
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by its owner only (0600) from the moment it exists.
+
+    ``os.open`` with the mode creates it 0600 (a umask can only remove bits); an existing file
+    (an older home) is made 0600 before its content is replaced.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        os.fchmod(fd, 0o600)
+        fh.write(text)
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` as a directory only its owner can enter (0700), created so."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.chmod(0o700)  # mkdir's mode is filtered by the umask; an existing one may be wider
+    return path
 
 
 def free_port() -> int:
@@ -104,27 +143,28 @@ class LocalAirflow:
 
     # ------------------------------------------------------------ configuration
     def password(self) -> str:
-        data = json.loads((self.home / "simple_auth_manager_passwords.json.generated").read_text())
+        data = json.loads((self.home / PASSWORDS_FILE).read_text())
         return data[ADMIN_USER]
 
     def _secret(self, name: str, nbytes: int = 32) -> str:
-        path = self.home / "secrets" / name
+        path = private_dir(self.home / "secrets") / name
         if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             # random bytes, url-safe base64 (32 bytes: a valid Fernet key).
-            path.write_text(base64.urlsafe_b64encode(secrets.token_bytes(nbytes)).decode())
-            path.chmod(0o600)
+            write_private(path, base64.urlsafe_b64encode(secrets.token_bytes(nbytes)).decode())
         return path.read_text().strip()
 
     def configure(self) -> None:
-        """Write airflow.cfg and the admin password (random, generated once per home)."""
-        self.home.mkdir(parents=True, exist_ok=True)
+        """Write airflow.cfg and the admin password (random, generated once per home).
+
+        The home is 0700: besides these files it holds the metadata DB (connections, variables)
+        and the task logs, which Airflow creates with the process's umask.
+        """
+        private_dir(self.home)
         (self.home / "logs").mkdir(exist_ok=True)
         (self.home / "run").mkdir(exist_ok=True)
-        pw_file = self.home / "simple_auth_manager_passwords.json.generated"
+        pw_file = self.home / PASSWORDS_FILE
         if not pw_file.exists():
-            pw_file.write_text(json.dumps({ADMIN_USER: secrets.token_urlsafe(12)}) + "\n")
-            pw_file.chmod(0o600)
+            write_private(pw_file, json.dumps({ADMIN_USER: secrets.token_urlsafe(12)}) + "\n")
         config: dict[str, dict[str, Any]] = {
             "core": {
                 "dags_folder": self.dags_folder,
@@ -141,7 +181,11 @@ class LocalAirflow:
                 "lazy_load_plugins": "False",
                 "fernet_key": self._secret("fernet_key"),
             },
-            "database": {"sql_alchemy_conn": f"sqlite:///{self.home / 'airflow.db'}"},
+            "database": {
+                "sql_alchemy_conn": f"sqlite:///{self.home / 'airflow.db'}",
+                "sql_alchemy_connect_args": "msgdedup.orchestration.local_airflow.SQLITE_CONNECT_ARGS",
+                "sql_alchemy_connect_args_async": "msgdedup.orchestration.local_airflow.SQLITE_CONNECT_ARGS_ASYNC",
+            },
             "logging": {"base_log_folder": self.home / "logs" / "tasks"},
             "api": {
                 "host": "127.0.0.1",
@@ -165,7 +209,7 @@ class LocalAirflow:
         for section, values in config.items():
             lines.append(f"\n[{section}]")
             lines += [f"{key} = {value}" for key, value in values.items()]
-        (self.home / "airflow.cfg").write_text("\n".join(lines) + "\n")
+        write_private(self.home / "airflow.cfg", "\n".join(lines) + "\n")
 
     def migrate(self) -> None:
         self.airflow("db", "migrate", timeout=600)

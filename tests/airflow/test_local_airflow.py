@@ -1,0 +1,83 @@
+"""The local Airflow home of ``make demo`` and the e2e tests: secrets are private from the start,
+and every Airflow process of the home waits for SQLite's write lock instead of failing."""
+
+from __future__ import annotations
+
+import configparser
+import importlib
+import os
+import stat
+
+import pytest
+
+from msgdedup.orchestration.local_airflow import (
+    PASSWORDS_FILE,
+    SQLITE_BUSY_TIMEOUT_S,
+    LocalAirflow,
+    write_private,
+)
+
+
+def _mode(path):
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.fixture()
+def open_umask():
+    """The most permissive umask: a file created without an explicit mode would be 0666."""
+    old = os.umask(0)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def test_every_secret_bearing_file_is_owner_only_whatever_the_umask(tmp_path, open_umask):
+    af = LocalAirflow(tmp_path / "home", 18123)
+    af.configure()
+    home = af.home
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.read(home / "airflow.cfg")
+    secrets = home / "secrets"
+    # the cfg holds the secrets themselves, not only paths to them
+    assert cfg["core"]["fernet_key"] == (secrets / "fernet_key").read_text()
+    assert cfg["api_auth"]["jwt_secret"] == (secrets / "jwt_secret").read_text()
+    assert cfg["api"]["secret_key"] == (secrets / "api_secret_key").read_text()
+    assert sorted(p.name for p in secrets.iterdir()) == ["api_secret_key", "fernet_key", "jwt_secret"]
+    for path in [home / "airflow.cfg", home / PASSWORDS_FILE, *secrets.iterdir()]:
+        assert _mode(path) == 0o600, path
+    assert _mode(secrets) == 0o700 and _mode(home) == 0o700
+    assert af.password()
+
+
+def test_configure_again_keeps_the_secrets_and_tightens_an_old_home(tmp_path, open_umask):
+    af = LocalAirflow(tmp_path / "home", 18123)
+    af.configure()
+    key, password = (af.home / "secrets" / "fernet_key").read_text(), af.password()
+    for path in (af.home, af.home / "secrets"):
+        path.chmod(0o755)
+    (af.home / "airflow.cfg").chmod(0o644)  # as written before this fix
+    af.configure()
+    assert (af.home / "secrets" / "fernet_key").read_text() == key and af.password() == password
+    assert _mode(af.home / "airflow.cfg") == 0o600
+    assert _mode(af.home) == _mode(af.home / "secrets") == 0o700
+
+
+def test_write_private_does_not_follow_a_symlink(tmp_path, open_umask):
+    target = tmp_path / "elsewhere"
+    target.write_text("not yours")
+    (tmp_path / "secret").symlink_to(target)
+    with pytest.raises(OSError):
+        write_private(tmp_path / "secret", "key")
+    assert target.read_text() == "not yours"
+
+
+def test_sqlite_writers_wait_for_the_lock(tmp_path):
+    """The connect args airflow.cfg names exist and set sqlite3's busy timeout (default 5 s)."""
+    af = LocalAirflow(tmp_path / "home", 18123)
+    af.configure()
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.read(af.home / "airflow.cfg")
+    for key in ("sql_alchemy_connect_args", "sql_alchemy_connect_args_async"):
+        module, _, name = cfg["database"][key].rpartition(".")
+        assert getattr(importlib.import_module(module), name)["timeout"] == SQLITE_BUSY_TIMEOUT_S >= 30
