@@ -7,9 +7,14 @@ class ResolvedTaskInstance:
     """Airflow's task instance as a downstream task sees it: XCom hands it the ``resolve``
     task's run spec, and nothing else."""
 
-    def __init__(self, spec):
+    def __init__(self, spec, first_reschedule_date=None):
         self.spec = spec
+        self.first_reschedule_date = first_reschedule_date
 
     def xcom_pull(self, task_ids):
         assert task_ids == "resolve"
         return self.spec.to_dict()
+
+    def get_first_reschedule_date(self, context):
+        """When the task was first rescheduled in this try (None: it has not been yet)."""
+        return self.first_reschedule_date

@@ -9,60 +9,74 @@ built at execution time from the validated RunSpec of the ``resolve`` task (neve
 string), and spark-submit runs with the venv's ``bin/`` first on PATH and
 ``PYSPARK_PYTHON`` set to the venv's interpreter (``spark.pyspark.python`` too).
 
-Exit codes of the app become task outcomes: 0 committed and gate passed; 2 user error (bad
-input/config, stale history: reprocessing an older batch needs ``invalidate_later``) and 3 gate
-failed (committed, not published) fail *without retry*, since a rerun would fail the same way;
-anything else (internal error, lost executor, ...) fails with retries, safe because the engine
+Exit codes of the app (:mod:`msgdedup.exit_codes`) become task outcomes: 0 committed and gate
+passed; the codes in ``exit_codes.FINAL`` (2 user error: bad input/config, stale history,
+a commit conflict; 3 gate failed: committed, not published) fail *without retry*, since a rerun
+would fail the same way; 4 (another writer holds the warehouse's lease, e.g. a manual
+spark-submit: inside this Airflow the ``msgdedup_warehouse`` pool already allows one writer)
+makes the task wait: it is rescheduled (``up_for_reschedule``, no retry used, no slot held) every
+``settings.WAREHOUSE_BUSY_POKE`` until the other writer is done, and after
+``settings.WAREHOUSE_BUSY_MAX_WAIT`` it fails like an internal error (with retries). Anything else
+(internal error, lost executor, a timeout, ...) fails with retries, safe because the engine
 reruns a batch idempotently. A retry redoes the dedup too, not only the gate.
 """
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
+from airflow.sdk.exceptions import (
+    AirflowException,
+    AirflowFailException,
+    AirflowRescheduleException,
+    AirflowSkipException,
+)
 
+from msgdedup import exit_codes
 from msgdedup.orchestration import settings
-from msgdedup.orchestration.partitions import RunSpec, spec_from_context
+from msgdedup.orchestration.partitions import spec_from_context
 
 # spark_apps/ next to src/ in the project checkout.
-SPARK_APPS_DIR = Path(__file__).resolve().parents[3] / "spark_apps"
+PROCESS_BATCH_APP = Path(__file__).resolve().parents[3] / "spark_apps" / "process_batch.py"
 
 
-def spark_apps_dir() -> Path:
-    return SPARK_APPS_DIR
+def submit_returncode(hook: SparkSubmitHook) -> int | None:
+    """The exit code of the spark-submit process the hook ran (None if it never started one).
+
+    The provider (apache-spark 6.3) has no public accessor: ``SparkSubmitHook.submit`` keeps its
+    ``subprocess.Popen`` in ``_submit_sp`` and only puts the code into an exception message. This
+    is the one place that reads it; ``tests/airflow/test_spark_operator.py`` runs the real hook
+    on a real spark-submit, so a provider release that renames it fails that test, and at run
+    time the task fails (retryable) with this message instead of silently retrying a final exit.
+    """
+    if not hasattr(hook, "_submit_sp"):
+        raise RuntimeError(
+            "apache-airflow-providers-apache-spark changed: SparkSubmitHook has no _submit_sp, "
+            "so the exit code of process_batch.py is unknown (see msgdedup.orchestration.spark)"
+        )
+    proc = hook._submit_sp
+    return None if proc is None else proc.returncode
 
 
 class ProcessBatchOperator(SparkSubmitOperator):
     """Runs ``spark_apps/process_batch.py --input … --warehouse … --batch-id … [--config …]``."""
 
-    app_name = "process_batch.py"
-    # exit code -> explanation; those exits are final (no retry)
-    final_exit_codes: dict[int, str] = {
-        2: "user error (bad input, config or batch id, or stale history: to reprocess an older "
-        "batch trigger it with invalidate_later=true, then re-run the later partitions in order)",
-        3: "the Great Expectations gate failed: the batch is committed but not published "
-        "(see the Data quality view)",
-    }
-
-    def __init__(self, *, resolve_task_id: str = "resolve", **kwargs: Any) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("conn_id", settings.SPARK_CONN_ID)
-        kwargs.setdefault("application", str(spark_apps_dir() / self.app_name))
-        kwargs.setdefault("name", f"msgdedup-{Path(self.app_name).stem}")
+        kwargs.setdefault("application", str(PROCESS_BATCH_APP))
+        kwargs.setdefault("name", "msgdedup-process_batch")
         super().__init__(**kwargs)
-        self.resolve_task_id = resolve_task_id
-
-    def build_args(self, spec: RunSpec) -> list[str]:
-        return spec.batch_args()
 
     def execute(self, context: Any) -> None:
-        spec = spec_from_context(context, self.resolve_task_id)
+        spec = spec_from_context(context)
         if spec.dry_run:
-            raise AirflowSkipException(f"dry run: would run {self.app_name} {' '.join(self.build_args(spec))}")
+            raise AirflowSkipException(f"dry run: would run {PROCESS_BATCH_APP.name} {' '.join(spec.batch_args())}")
         env = settings.spark_env()
-        self.application_args = self.build_args(spec)
+        self.application_args = spec.batch_args()
         self.env_vars = {**env, **(self.env_vars or {})}
         self.conf = {
             "spark.pyspark.python": env["PYSPARK_PYTHON"],
@@ -73,14 +87,30 @@ class ProcessBatchOperator(SparkSubmitOperator):
         try:
             super().execute(context)
         except AirflowException as exc:
-            code = self._exit_code()
-            if code in self.final_exit_codes:
+            code = submit_returncode(self._hook) if self._hook is not None else None
+            app = f"{PROCESS_BATCH_APP.name} exited with {code}"
+            if code in exit_codes.FINAL:
                 raise AirflowFailException(
-                    f"{self.app_name} exited with {code}: {self.final_exit_codes[code]} "
+                    f"{app}: {exit_codes.FINAL[code]} "
                     f"(batch {spec.batch_id}; the app's error line is in the log above)"
                 ) from exc
+            if code == exit_codes.WAREHOUSE_BUSY:
+                self._wait_for_warehouse(context, f"{app}: another writer holds the lease of "
+                                         f"warehouse {spec.warehouse}; nothing was written for "
+                                         f"batch {spec.batch_id}")
             raise
 
-    def _exit_code(self) -> int | None:
-        proc = getattr(self._hook, "_submit_sp", None) if self._hook else None
-        return None if proc is None else proc.returncode
+    def _wait_for_warehouse(self, context: Any, why: str) -> None:
+        """Reschedule the task (a clean wait) while the warehouse is busy, up to the maximum wait."""
+        now = datetime.now(timezone.utc)
+        first = context["ti"].get_first_reschedule_date(context)
+        waited = now - first if first is not None else now - now
+        if waited < settings.WAREHOUSE_BUSY_MAX_WAIT:
+            again = now + settings.WAREHOUSE_BUSY_POKE
+            self.log.warning("%s: waiting, trying again at %s (waited %s so far)", why,
+                             again.isoformat(timespec="seconds"), waited)
+            raise AirflowRescheduleException(again)
+        raise AirflowException(
+            f"{why}, and it still did after waiting {waited} (settings.WAREHOUSE_BUSY_MAX_WAIT): "
+            "is a writer outside Airflow stuck? Its lease names its host and pid"
+        )
