@@ -11,15 +11,13 @@ from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, Param
 
 from msgdedup.orchestration import settings
-from msgdedup.orchestration.partitions import BATCH_ID_LENGTH, BATCH_ID_PATTERN, resolve_task
+from msgdedup.orchestration.partitions import PARTITION_ID_LENGTH, PARTITION_ID_PATTERN, resolve_task
 from msgdedup.orchestration.publish import publish_task
 from msgdedup.orchestration.sensors import PartitionCompleteSensor
 from msgdedup.orchestration.spark import ProcessBatchOperator
 
-published = Asset(
-    name=settings.PUBLISHED_ASSET_NAME,
-    uri=f"file://{settings.parse_time_warehouse()}/published",
-)
+# A stable name and URI: nothing is read from the metadata database while this file is parsed.
+published = Asset(name=settings.PUBLISHED_ASSET_NAME, uri=settings.PUBLISHED_ASSET_URI)
 
 with DAG(
     dag_id=settings.DAG_ID,
@@ -30,6 +28,8 @@ with DAG(
     catchup=False,  # older hours are processed with `airflow backfill create` (oldest first)
     max_active_runs=1,
     max_active_tasks=1,
+    # A run stuck in a way the task timeouts do not catch gives its slot back (settings.py).
+    dagrun_timeout=settings.DAGRUN_TIMEOUT,
     default_args={
         # A partition never runs before its predecessor succeeded.
         "depends_on_past": True,
@@ -42,9 +42,9 @@ with DAG(
         "partition": Param(
             None,
             type=["null", "string"],
-            pattern=BATCH_ID_PATTERN,
-            minLength=BATCH_ID_LENGTH,
-            maxLength=BATCH_ID_LENGTH,
+            pattern=PARTITION_ID_PATTERN,
+            minLength=PARTITION_ID_LENGTH,
+            maxLength=PARTITION_ID_LENGTH,
             title="Partition (batch id)",
             description="Hour to process as YYYY-MM-DDTHH (UTC). Empty: the run's data interval.",
         ),
@@ -63,7 +63,13 @@ with DAG(
 ) as dag:
     resolve = PythonOperator(task_id="resolve", python_callable=resolve_task)
     wait = PartitionCompleteSensor(task_id="wait_for_partition")
-    process = ProcessBatchOperator(task_id="process_batch")
+    # One writer per warehouse: a pool of one slot across scheduled, backfill and manual runs;
+    # a hung Spark application is killed after the timeout (then retried).
+    process = ProcessBatchOperator(
+        task_id="process_batch",
+        pool=settings.WAREHOUSE_POOL,
+        execution_timeout=settings.PROCESS_BATCH_TIMEOUT,
+    )
     publish = PythonOperator(task_id="publish", python_callable=publish_task, outlets=[published])
 
     resolve >> wait >> process >> publish

@@ -33,8 +33,40 @@ SENSOR_TIMEOUT = timedelta(hours=6)
 
 SPARK_CONN_ID = "spark_default"
 
-# Name (stable across deployments) of the Asset updated by every publish.
+# One writer per warehouse, on the Airflow side: every ``process_batch`` task instance (scheduled,
+# backfill or manual run) takes the one slot of this pool. Airflow does not serialise a backfill's
+# runs against the scheduled runs (``max_active_runs`` counts per backfill, and a backfill's first
+# run passes ``depends_on_past``), so without it two Spark applications could write the warehouse
+# at once. Deployers create it once: ``airflow pools set msgdedup_warehouse 1 "…"`` (the demo and
+# the e2e tests do). Missing pool: the scheduler never queues the task (it logs "Tasks using
+# non-existent pool 'msgdedup_warehouse' will not be scheduled" and the task stays ``scheduled``);
+# the dag-processor warns about it on the DAG (a DAG warning shown in the UI).
+WAREHOUSE_POOL = "msgdedup_warehouse"
+WAREHOUSE_POOL_SLOTS = 1
+WAREHOUSE_POOL_DESCRIPTION = "message_dedup: one process_batch (warehouse writer) at a time"
+
+# Exit 4 of process_batch.py (another writer, e.g. a manual spark-submit, holds the warehouse's
+# lease): the task is rescheduled every POKE (no retry used, no slot held) for up to MAX_WAIT,
+# then fails like an internal error (with retries).
+WAREHOUSE_BUSY_POKE = timedelta(minutes=2)
+WAREHOUSE_BUSY_MAX_WAIT = timedelta(hours=2)
+
+# Timeouts, so that a hung Spark application (e.g. a standalone master without workers waits for
+# resources forever) cannot hold the DAG's only run slot (max_active_runs=1) forever.
+# process_batch: a sample or production hour takes minutes (docs/benchmarks.md); 2 h leaves a
+# wide margin for a large hour on a busy cluster. On timeout Airflow kills spark-submit
+# (on_kill) and the task is retried like any other non-final failure.
+PROCESS_BATCH_TIMEOUT = timedelta(hours=2)
+# A whole run: the sensor may wait up to SENSOR_TIMEOUT for the partition, then process_batch may
+# take up to 3 tries of PROCESS_BATCH_TIMEOUT (+ retry delays); the run timeout is above that sum
+# so it only ends runs that are stuck in a way the task timeouts do not catch.
+DAGRUN_TIMEOUT = timedelta(hours=14)
+
+# Name and URI (both stable across deployments: no Variable read when the DAG file is parsed) of
+# the Asset updated by every publish. ``x-`` marks a custom scheme, which Airflow accepts without
+# normalising it; the warehouse a publish wrote to is in the event's extra (``warehouse``, ``path``).
 PUBLISHED_ASSET_NAME = "msgdedup_published"
+PUBLISHED_ASSET_URI = "x-msgdedup://message_dedup/published"
 
 
 def airflow_home() -> Path:
@@ -55,18 +87,6 @@ def get_variable(key: str, default: str) -> str:
 
     value = Variable.get(key, default=default)
     return default if value is None else str(value).strip()
-
-
-def parse_time_warehouse() -> str:
-    """The warehouse as known when the DAG file is parsed (for the Asset URI).
-
-    Reading a Variable at parse time is supported by the dag-processor; anywhere else (a plain
-    ``DagBag`` in a test) it may be unavailable, then the documented default is used.
-    """
-    try:
-        return get_variable(VAR_WAREHOUSE, default_warehouse())
-    except Exception:  # noqa: BLE001 - no Variable access outside the dag-processor/worker
-        return default_warehouse()
 
 
 def venv_bin() -> Path:
