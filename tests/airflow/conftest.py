@@ -72,12 +72,11 @@ class LiveAirflow:
         raise AssertionError(f"run {run_id} did not finish in {timeout}s: {self.task_instances(run_id)}")
 
     def backfill(self, first, last, reprocess="failed", conf=None):
+        """A backfill created the way ``make demo`` creates it (REST, lock retries)."""
         from msgdedup.orchestration.demo import backfill, wait_backfills_done
 
         wait_backfills_done(self.af)
-        result = backfill(self.af, first, last, reprocess=reprocess, conf=conf)
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-        return result
+        return backfill(self.af, first, last, reprocess=reprocess, conf=conf)
 
     def backfill_runs(self, batch_ids):
         """The runs (by batch id) whose logical date is one of ``batch_ids``."""
@@ -115,7 +114,7 @@ def e2e_hours():
 
 @pytest.fixture(scope="session")
 def live_airflow(tmp_path_factory):
-    from msgdedup.orchestration.demo import configure_airflow_objects, wait_for_dag
+    from msgdedup.orchestration.demo import check_pool, configure_airflow_objects, wait_for_dag
     from msgdedup.orchestration.local_airflow import LocalAirflow, free_port
     from msgdedup.sample_data import write_partitions
 
@@ -136,6 +135,7 @@ def live_airflow(tmp_path_factory):
         af.wait_api()
         live = LiveAirflow(af, raw, warehouse)
         wait_for_dag(af, live.token)
+        check_pool(af, live.token)  # created by configure_airflow_objects, as in the demo
         yield live
     finally:
         af.stop()
@@ -143,7 +143,7 @@ def live_airflow(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def backfilled(live_airflow):
-    """E2E_HOURS processed by `airflow backfill create` through the scheduler."""
+    """E2E_HOURS processed by a backfill (``POST /api/v2/backfills``) through the scheduler."""
     live = live_airflow
     status, body = live.api("PATCH", "/api/v2/dags/message_dedup", {"is_paused": False})
     assert status == 200, body

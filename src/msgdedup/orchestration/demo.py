@@ -6,9 +6,11 @@ partitions and the finished runs):
 1. generate sample raw partitions (``msgdedup.sample_data``) for the 12 hours before the last
    complete hour, once; the window is remembered in ``.airflow/demo/window.json``;
 2. configure and start Airflow in ``.airflow/`` (``local_airflow``), create the
-   ``spark_default`` connection (``local[*]``) and the Variables;
-3. ``airflow backfill create --reprocess-behavior failed`` over the window (oldest first, one run
-   at a time) through the real scheduler, unpause the DAG and wait, printing progress;
+   ``spark_default`` connection (``local[*]``), the Variables and the one-slot pool
+   ``msgdedup_warehouse``;
+3. create a backfill (``--reprocess-behavior failed``) over the window (oldest first, one run
+   at a time) through the REST API of the running API server (``POST /api/v2/backfills``), unpause
+   the DAG and wait for the real scheduler, printing progress;
 4. print a summary per batch and, last, ``UI: http://localhost:8080 user: admin password: …``.
 
 The demo has no producer writing new hours, so the scheduler does not create hourly runs
@@ -20,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -69,7 +70,8 @@ def ensure_partitions(raw: Path, start: datetime, hours: int) -> None:
 
 
 def configure_airflow_objects(af: LocalAirflow, raw: Path, warehouse: Path, config: Path | None) -> None:
-    """The spark_default connection and the msgdedup Variables (overwritten if they exist)."""
+    """The spark_default connection, the msgdedup Variables and the warehouse pool (overwritten
+    if they exist). Run before the components start (nothing else writes the DB then)."""
     with tempfile.TemporaryDirectory() as tmp:
         variables = {settings.VAR_RAW_ROOT: str(raw), settings.VAR_WAREHOUSE: str(warehouse),
                      settings.VAR_CONFIG: str(config) if config else ""}
@@ -79,6 +81,8 @@ def configure_airflow_objects(af: LocalAirflow, raw: Path, warehouse: Path, conf
                                           "description": "Spark master for message_dedup"}}
         (Path(tmp) / "connections.json").write_text(json.dumps(conns))
         af.airflow("connections", "import", "--overwrite", str(Path(tmp) / "connections.json"))
+    af.airflow("pools", "set", settings.WAREHOUSE_POOL, str(settings.WAREHOUSE_POOL_SLOTS),
+               settings.WAREHOUSE_POOL_DESCRIPTION)
 
 
 def wait_for_dag(af: LocalAirflow, token: str, timeout: float = 300) -> None:
@@ -119,15 +123,79 @@ def wait_backfills_done(af: LocalAirflow, timeout: float = 300) -> None:
         time.sleep(2)
 
 
+class BackfillError(RuntimeError):
+    """The backfill could not be created (the message says why, with the API's answer)."""
+
+
+# Transient SQLite lock (503 from the API server): retry after these delays (about 70 s in all).
+# Each attempt fails with a probability of roughly 1/3 right after start-up (measured: 1 lock in
+# 3 fresh start-ups), so 10 retries leave well under one failure in 10,000 start-ups.
+BACKFILL_RETRY_DELAYS = (1, 2, 3, 5, 8, 10, 10, 10, 10, 10)
+# An attempt that failed on a lock may leave its backfill row behind (Airflow cleans it up
+# best-effort); the scheduler marks such an empty backfill complete after 2 minutes.
+ORPHAN_BACKFILL_WAIT_S = 180
+
+
+def backfill_request(first: str, last: str, reprocess: str = "failed",
+                     conf: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The body of ``POST /api/v2/backfills`` over first..last (batch ids, inclusive), oldest
+    first, one run at a time; the same as ``airflow backfill create --dag-id message_dedup
+    --from-date <first>:00:00+00:00 --to-date <last>:00:00+00:00 --reprocess-behavior <reprocess>
+    --max-active-runs 1 [--dag-run-conf <conf>]``."""
+    return {
+        "dag_id": settings.DAG_ID,
+        "from_date": f"{first}:00:00+00:00",
+        "to_date": f"{last}:00:00+00:00",
+        "reprocess_behavior": reprocess,
+        "max_active_runs": 1,
+        "run_backwards": False,
+        "dag_run_conf": conf or {},
+    }
+
+
 def backfill(af: LocalAirflow, first: str, last: str, reprocess: str = "failed",
-             conf: dict[str, Any] | None = None) -> subprocess.CompletedProcess:
-    """``airflow backfill create`` over first..last (batch ids, inclusive), oldest first."""
-    args = ["backfill", "create", "--dag-id", settings.DAG_ID,
-            "--from-date", f"{first}:00:00+00:00", "--to-date", f"{last}:00:00+00:00",
-            "--reprocess-behavior", reprocess, "--max-active-runs", "1"]
-    if conf:
-        args += ["--dag-run-conf", json.dumps(conf)]
-    return af.airflow(*args, check=False)
+             conf: dict[str, Any] | None = None, say=log) -> dict[str, Any]:
+    """Create a backfill through the running API server; return the API's backfill object.
+
+    Why a create can fail on SQLite, with any busy timeout: Airflow creates each backfill run in
+    a SAVEPOINT that first reads (is there a run for this date?) and then inserts the run. On
+    SQLite a SAVEPOINT outside a transaction starts a *deferred* transaction, so the read takes a
+    WAL snapshot; if another component (the scheduler's heartbeat, the dag-processor) commits
+    before the insert, SQLite refuses the insert at once (SQLITE_BUSY_SNAPSHOT, "database is
+    locked"): waiting cannot help, the transaction must start again. That was ``make demo``'s
+    ``backfill create failed`` (then from ``airflow backfill create``, the same code). Airflow
+    removes the half-created backfill and the API answers 503, so the cure is to try again:
+    after BACKFILL_RETRY_DELAYS, with a message saying so. A 409 after such an attempt is that
+    attempt's backfill, if Airflow's clean-up failed: wait until the scheduler has completed it
+    (it does so for an empty backfill after 2 min), then retry. Anything else fails at once with
+    the API's answer. REST rather than the CLI: the API server is running already, no fifth
+    process has to start Airflow, and the 503 is a clear signal to retry on.
+    """
+    body = backfill_request(first, last, reprocess, conf)
+    delays = list(BACKFILL_RETRY_DELAYS)
+    locked_before = False
+    attempt = 0
+    while True:
+        attempt += 1
+        status, answer = af.api("POST", "/api/v2/backfills", body, token=af.token())
+        if status == 200:
+            return answer
+        if status == 409 and locked_before:
+            say(f"backfill create: a backfill of {settings.DAG_ID} is active, probably the half-created one "
+                f"of the locked attempt; waiting up to {ORPHAN_BACKFILL_WAIT_S}s for the scheduler to end it")
+            wait_backfills_done(af, timeout=ORPHAN_BACKFILL_WAIT_S)
+            locked_before = False
+            continue
+        if status == 503 and delays:
+            delay = delays.pop(0)
+            locked_before = True
+            say(f"backfill create: SQLite refused the write (another Airflow component wrote to the "
+                f"metadata database meanwhile: {answer.get('detail') if isinstance(answer, dict) else answer}); "
+                f"retrying in {delay}s (attempt {attempt}/{len(BACKFILL_RETRY_DELAYS) + 1})")
+            time.sleep(delay)
+            continue
+        raise BackfillError(f"backfill create failed after {attempt} attempt(s): "
+                            f"POST /api/v2/backfills -> {status} {answer}")
 
 
 def wait_for_runs(af: LocalAirflow, batch_ids: list[str], timeout: float, every: float = 15) -> dict[str, dict]:
@@ -177,21 +245,29 @@ def _n(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="msgdedup.orchestration.demo")
-    parser.add_argument("--home", type=Path, default=PROJECT_ROOT / ".airflow")
-    parser.add_argument("--port", type=int, default=int(os.environ.get("DEMO_PORT", "8080")))
-    parser.add_argument("--hours", type=int, default=12)
-    parser.add_argument("--timeout", type=float, default=3 * 3600, help="seconds to wait for the runs")
-    args = parser.parse_args(argv)
-
-    af = demo_airflow(args.home, args.port)
+def sample_batches(af: LocalAirflow, hours: int) -> tuple[Path, Path, list[str]]:
+    """Step 1: the sample partitions (raw root, warehouse, batch ids), generated once per home."""
     state = af.home / "demo"
     raw, warehouse = state / "raw", state / "warehouse"
-    start, hours = window(state, args.hours)
-    batch_ids = [batch_id_for(start + timedelta(hours=h)) for h in range(hours)]
+    start, hours = window(state, hours)
     ensure_partitions(raw, start, hours)
+    return raw, warehouse, [batch_id_for(start + timedelta(hours=h)) for h in range(hours)]
 
+
+def check_pool(af: LocalAirflow, token: str) -> None:
+    """The warehouse pool exists with one slot; without it process_batch would wait forever."""
+    status, body = af.api("GET", f"/api/v2/pools/{settings.WAREHOUSE_POOL}", token=token)
+    if status != 200 or body.get("slots") != settings.WAREHOUSE_POOL_SLOTS:
+        raise RuntimeError(
+            f"pool {settings.WAREHOUSE_POOL} must exist with {settings.WAREHOUSE_POOL_SLOTS} slot "
+            f"(GET /api/v2/pools/{settings.WAREHOUSE_POOL} -> {status} {body}): without it "
+            "process_batch stays scheduled forever"
+        )
+
+
+def start_airflow(af: LocalAirflow, raw: Path, warehouse: Path) -> str:
+    """Step 2: configure and start Airflow (or reuse the running one); return an API token once
+    the DAG is parsed and the warehouse pool is there."""
     if not all(af.running().values()):
         log(f"configuring Airflow in {af.home} (SQLite, LocalExecutor, parallelism {af.parallelism})")
         af.configure()
@@ -205,7 +281,14 @@ def main(argv: list[str] | None = None) -> int:
     af.wait_api()
     token = af.token()
     wait_for_dag(af, token)
+    check_pool(af, token)
+    return token
 
+
+def ensure_backfill(af: LocalAirflow, token: str, batch_ids: list[str], say=log) -> None:
+    """Step 3: a backfill over the batches that have not succeeded yet, unless one is running
+    (an interrupted ``make demo`` resumes: its backfill carries on, nothing is created twice).
+    Raises BackfillError."""
     runs = runs_by_batch(af, token)
     todo = [b for b in batch_ids if (runs.get(b) or {}).get("state") != "success"]
     if not todo:
@@ -213,13 +296,28 @@ def main(argv: list[str] | None = None) -> int:
     elif active_backfill(af, token):
         log("a backfill is already running; waiting for it")
     else:
-        log(f"airflow backfill create --dag-id {settings.DAG_ID} --from-date {batch_ids[0]} "
-            f"--to-date {batch_ids[-1]} --reprocess-behavior failed --max-active-runs 1")
-        result = backfill(af, batch_ids[0], batch_ids[-1])
-        if result.returncode != 0:
-            print(result.stdout[-2000:], result.stderr[-2000:], file=sys.stderr)
-            log("backfill create failed")
-            return 1
+        say(f"creating a backfill of {settings.DAG_ID} from {batch_ids[0]} to {batch_ids[-1]} "
+            "(POST /api/v2/backfills, reprocess_behavior failed, max_active_runs 1)")
+        created = backfill(af, batch_ids[0], batch_ids[-1], say=say)
+        say(f"backfill {created['id']} created")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="msgdedup.orchestration.demo")
+    parser.add_argument("--home", type=Path, default=PROJECT_ROOT / ".airflow")
+    parser.add_argument("--port", type=int, default=int(os.environ.get("DEMO_PORT", "8080")))
+    parser.add_argument("--hours", type=int, default=12)
+    parser.add_argument("--timeout", type=float, default=3 * 3600, help="seconds to wait for the runs")
+    args = parser.parse_args(argv)
+
+    af = demo_airflow(args.home, args.port)
+    raw, warehouse, batch_ids = sample_batches(af, args.hours)
+    token = start_airflow(af, raw, warehouse)
+    try:
+        ensure_backfill(af, token, batch_ids)
+    except BackfillError as exc:
+        log(str(exc))
+        return 1
     status, body = af.api("PATCH", f"/api/v2/dags/{settings.DAG_ID}", {"is_paused": False}, token=token)
     if status != 200:
         log(f"could not unpause {settings.DAG_ID}: {status} {body}")

@@ -15,11 +15,10 @@ call itself, so they are never readable by others, whatever the umask, not even 
 
 SQLite and several processes: every component (and every ``airflow`` CLI call) waits up to
 :data:`SQLITE_BUSY_TIMEOUT_S` for the database's write lock instead of sqlite3's default 5 s
-(``[database] sql_alchemy_connect_args``). While the components start (the dag-processor
-serialises the DAG, the scheduler and the API server write their state), one of them can hold the
-lock longer than 5 s on a busy 2-core machine, and a writer that gives up after 5 s fails with
-``sqlite3.OperationalError: database is locked`` (SQLAlchemy's e3q8): that was ``make demo``'s
-``backfill create failed``.
+(``[database] sql_alchemy_connect_args``): while the components start, one of them can hold the
+lock for seconds on a busy 2-core machine. This does not cure every ``database is locked``: a
+transaction that read before it writes fails at once if another process committed in between
+(``demo.backfill`` explains the one ``make demo`` met, and retries it).
 
 CLI (used by ``make demo`` / ``make stop``)::
 
