@@ -17,9 +17,14 @@ TEST_PREREQS += chromium
 AIRFLOW_DEMO_HOME := $(CURDIR)/.airflow
 DEMO_PORT ?= 8080
 
-.PHONY: demo stop airflow-status
+.PHONY: demo stop airflow-status demo-soak
 demo: setup
 	$(VENV)/bin/python -m msgdedup.orchestration.demo --home $(AIRFLOW_DEMO_HOME) --port $(DEMO_PORT)
+
+# The demo's start-up and backfill creation 5 times from clean homes (temporary, free ports),
+# then an interrupted demo run again (docs/airflow.md). About 10 minutes; not part of make test.
+demo-soak: setup
+	$(VENV)/bin/python scripts/demo_startup_soak.py --runs 5
 
 # Stops exactly the processes the demo started (pid files in .airflow/run/).
 stop:
