@@ -1,6 +1,11 @@
 """message_dedup: one run per hourly raw partition -> dedup + GX gate (one Spark app) -> publish.
 
 Structure only: every step's logic lives in ``msgdedup.orchestration`` (see docs/airflow.md).
+
+Needs the pool ``msgdedup_warehouse`` with 1 slot (one writer per warehouse):
+``airflow pools set msgdedup_warehouse 1 "message_dedup warehouse writer"``. Without it
+``process_batch`` stays *scheduled* and never runs (the scheduler logs "Tasks using
+non-existent pool 'msgdedup_warehouse' will not be scheduled").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""End to end through a real Airflow: REST API (JWT from /auth/token), backfill CLI, scheduler,
+"""End to end through a real Airflow: REST API (JWT from /auth/token), backfills (the demo's code), scheduler,
 LocalExecutor, spark-submit of the real engine and GX gate (one application), publish, the Data quality plugin.
 
 Slow (Spark JVMs): ~5 spark-submits in all (one per partition run) on a 2-core machine.
@@ -60,6 +60,8 @@ def test_backfill_processes_partitions_oldest_first_and_publishes(backfilled):
     ti0, ti1 = live.task_instances(runs[T0]["dag_run_id"]), live.task_instances(runs[T1]["dag_run_id"])
     assert ti1["resolve"]["start_date"] >= ti0["publish"]["end_date"]
     assert all(ti["state"] == "success" for ti in [*ti0.values(), *ti1.values()])
+    # one writer per warehouse: the Spark step ran in the one-slot pool
+    assert ti0["process_batch"]["pool"] == ti1["process_batch"]["pool"] == "msgdedup_warehouse"
     # the same outputs the hourly runs produce: one committed batch per hour, chained
     m0, m1 = _read(wh / "runs" / f"{T0}.json"), _read(wh / "runs" / f"{T1}.json")
     assert m0["parent"] is None and m1["parent"]["batch_id"] == T0
@@ -80,7 +82,8 @@ def test_backfill_processes_partitions_oldest_first_and_publishes(backfilled):
     assert status == 200, events
     extras = [e["extra"] for e in events["asset_events"]]
     assert {e["batch_id"] for e in extras} == {T0, T1}
-    assert {e["uri"] for e in events["asset_events"]} == {f"file://{wh}/published"}
+    assert {e["warehouse"] for e in extras} == {str(wh)}
+    assert {e["uri"] for e in events["asset_events"]} == {"x-msgdedup://message_dedup/published"}
 
 
 def test_manual_dry_run_with_partition_param(backfilled):

@@ -9,7 +9,8 @@ The engine *writes* the batch (``runs/<ID>.json`` = committed), the GX gate *aud
 
 only if the gate passed for exactly that engine ``run_id`` (a gate result of an earlier run of
 the same batch does not count) and the batch is not stale. The Airflow task then emits an event
-on the ``msgdedup_published`` Asset (``file://<warehouse>/published``) whose extra is the record.
+on the ``msgdedup_published`` Asset (``x-msgdedup://message_dedup/published``) whose extra is the
+record plus ``warehouse`` and ``path`` (of the published record).
 A rerun of a batch overwrites its record; consumers read ``published/<ID>.json`` to know which
 engine run of a batch is the published one.
 """
@@ -122,5 +123,7 @@ def publish_task(**context: Any) -> dict[str, Any] | None:
     outlet_events = context.get("outlet_events")
     if task is not None and outlet_events is not None:
         for outlet in task.outlets or []:
-            outlet_events[outlet].extra = {**record, "path": str(published_path(spec.warehouse, spec.batch_id))}
+            # The Asset's URI names the dataset, not a path; where it was written is here.
+            outlet_events[outlet].extra = {**record, "warehouse": spec.warehouse,
+                                           "path": str(published_path(spec.warehouse, spec.batch_id))}
     return record
