@@ -183,7 +183,10 @@ def backfill(af: LocalAirflow, first: str, last: str, reprocess: str = "failed",
         if status == 409 and locked_before:
             say(f"backfill create: a backfill of {settings.DAG_ID} is active, probably the half-created one "
                 f"of the locked attempt; waiting up to {ORPHAN_BACKFILL_WAIT_S}s for the scheduler to end it")
-            wait_backfills_done(af, timeout=ORPHAN_BACKFILL_WAIT_S)
+            try:
+                wait_backfills_done(af, timeout=ORPHAN_BACKFILL_WAIT_S)
+            except TimeoutError as exc:
+                raise BackfillError(f"backfill create failed: {exc}") from None
             locked_before = False
             continue
         if status == 503 and delays:
