@@ -22,7 +22,7 @@ def test_dag_folder_is_not_empty_and_imports_without_errors(dagbag):
 def test_structure_is_a_chain_in_contract_order(dagbag):
     dag = dagbag.dags["message_dedup"]
     assert [t.task_id for t in dag.topological_sort()] == EXPECTED_ORDER
-    for upstream, downstream in zip(EXPECTED_ORDER, EXPECTED_ORDER[1:]):
+    for upstream, downstream in zip(EXPECTED_ORDER, EXPECTED_ORDER[1:], strict=False):
         assert dag.get_task(upstream).downstream_task_ids == {downstream}
 
 

@@ -4,7 +4,6 @@ hands the sensor the run spec of the ``resolve`` task, as XCom does)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 
 import pytest
 
@@ -39,7 +38,8 @@ def test_timeout_names_the_partition_and_the_marker(tmp_path):
 
     context, spec = _context(tmp_path, "2026-11-21T06")
     sensor = PartitionCompleteSensor(task_id="wait", timeout=1, poke_interval=0.2, mode="poke")
-    with pytest.raises(AirflowSensorTimeout, match=r"partition .*dt=2026-11-21/hour=06 is not complete: no _SUCCESS marker"):
+    with pytest.raises(AirflowSensorTimeout,
+                       match=r"partition .*dt=2026-11-21/hour=06 is not complete: no _SUCCESS marker"):
         sensor.execute(context)
 
 
