@@ -53,7 +53,7 @@ WAREHOUSE_BUSY_MAX_WAIT = timedelta(hours=2)
 
 # Timeouts, so that a hung Spark application (e.g. a standalone master without workers waits for
 # resources forever) cannot hold the DAG's only run slot (max_active_runs=1) forever.
-# process_batch: a sample or production hour takes minutes (docs/benchmarks.md); 2 h leaves a
+# process_batch: 1M messages take about 2 min on 2 cores (docs/benchmarks.md); 2 h leaves a
 # wide margin for a large hour on a busy cluster. On timeout Airflow kills spark-submit
 # (on_kill) and the task is retried like any other non-final failure.
 PROCESS_BATCH_TIMEOUT = timedelta(hours=2)
