@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
@@ -29,6 +30,10 @@ _MICROSECOND = timedelta(microseconds=1)
 # datetime's range: anything outside it cannot be a real broker timestamp.
 MIN_EPOCH_MS = int((datetime(1, 1, 1, tzinfo=timezone.utc) - _EPOCH) / timedelta(milliseconds=1))
 MAX_EPOCH_MS = int((datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc) - _EPOCH) / timedelta(milliseconds=1))
+# The instants an ISO received_at may name: those a datetime (Python's, and so every reader of the
+# outputs in Python) can hold in UTC.
+MIN_RECEIVED_US = (datetime.min.replace(tzinfo=timezone.utc) - _EPOCH) // _MICROSECOND
+MAX_RECEIVED_US = (datetime.max.replace(tzinfo=timezone.utc) - _EPOCH) // _MICROSECOND
 _ERROR_SNIPPET = 60
 
 
@@ -83,7 +88,7 @@ def parse_received_at(value: object) -> int:
         raise InvalidLine(f"received_at must be an ISO-8601 string with offset or epoch milliseconds, got {_type_name(value)}")
     if isinstance(value, int):
         if not MIN_EPOCH_MS <= value <= MAX_EPOCH_MS:
-            raise InvalidLine(f"received_at: epoch milliseconds {value} out of range")
+            raise InvalidLine(f"received_at: epoch milliseconds {_snippet(str(value))} out of range")
         return value * 1000
     if isinstance(value, str):
         try:
@@ -92,7 +97,11 @@ def parse_received_at(value: object) -> int:
             raise InvalidLine(f"received_at: not an ISO-8601 timestamp: {_snippet(value)!r}") from None
         if instant.tzinfo is None:
             raise InvalidLine(f"received_at: no UTC offset in {_snippet(value)!r} (add Z or +HH:MM)")
-        return (instant - _EPOCH) // _MICROSECOND
+        received_at_us = (instant - _EPOCH) // _MICROSECOND
+        if not MIN_RECEIVED_US <= received_at_us <= MAX_RECEIVED_US:
+            # e.g. 0001-01-01T00:00:00+01:00, which is in year 0 in UTC
+            raise InvalidLine(f"received_at: {_snippet(value)!r} is outside the years 1 to 9999 in UTC")
+        return received_at_us
     raise InvalidLine(
         f"received_at must be an ISO-8601 string with offset or integer epoch milliseconds, got {_type_name(value)}"
     )
@@ -115,21 +124,58 @@ def printable_raw_line(raw: bytes) -> str:
 
 
 def parse_line(raw: bytes) -> Message:
-    """Parse one raw line, or raise InvalidLine with the reason."""
+    """Parse one raw line, or raise InvalidLine with the reason.
+
+    InvalidLine is the only exception a line can cause. The known failures get their own words;
+    anything else a decoder raises on some unforeseen input (a library's limit, a new Python
+    version's check) becomes a reason naming the exception, because one odd line must be
+    quarantined, never fail the batch it is in (and every later batch waiting for it).
+    """
+    try:
+        return _parse_line(raw)
+    except InvalidLine:
+        raise
+    except RecursionError:  # json.dumps of a document json.loads could just hold
+        raise InvalidLine("not valid JSON: nested too deeply") from None
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        raise InvalidLine(f"cannot be parsed: {type(exc).__name__}: {_snippet(str(exc))}") from None
+
+
+def _parse_line(raw: bytes) -> Message:
     text = _decode(raw)
     if text.strip() == "":
         raise InvalidLine("empty line")
     try:
-        document = json.loads(text, parse_constant=_reject_constant)
+        document = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_object)
+    except InvalidLine:
+        raise
     except json.JSONDecodeError as exc:
-        raise InvalidLine(f"not valid JSON: {exc.msg} at column {exc.colno}") from None
+        # json words one message "Invalid control character at" (for its own "... at: line 1")
+        raise InvalidLine(f"not valid JSON: {exc.msg.removesuffix(' at')} at column {exc.colno}") from None
     except RecursionError:
         raise InvalidLine("not valid JSON: nested too deeply") from None
+    except ValueError:
+        # the only other ValueError json.loads raises: int() refuses numbers this long
+        raise InvalidLine(
+            f"not valid JSON: a number with more than {sys.get_int_max_str_digits()} digits") from None
     if not isinstance(document, dict):
         raise InvalidLine(f"a message must be a JSON object, got {_type_name(document)}")
     if "\\u" in text:
         _reject_lone_surrogates(document)
     return message_from_document(document)
+
+
+def _object(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object, refusing a repeated key: which copy counts differs between readers (json
+    keeps the last, others the first or fail), so the line has no single meaning."""
+    document = dict(pairs)
+    if len(document) != len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise InvalidLine(f"not valid JSON: duplicate key {_snippet(key)!r}")
+            seen.add(key)
+    return document
 
 
 def _reject_lone_surrogates(document: dict) -> None:
@@ -167,7 +213,7 @@ def message_from_document(document: dict) -> Message:
     if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int)):
         raise InvalidLine(f"seq must be an integer, got {_type_name(seq) if not isinstance(seq, float) else repr(seq)}")
     if seq is not None and not -(2**63) <= seq < 2**63:
-        raise InvalidLine(f"seq {seq} does not fit in 64 bits")
+        raise InvalidLine(f"seq {_snippet(str(seq))} does not fit in 64 bits")
 
     properties_doc = document.get("properties")
     properties: dict[str, str] = {}
