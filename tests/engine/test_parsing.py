@@ -109,8 +109,8 @@ def _python_view(raw: bytes) -> dict:
 
 def _spark_rows(spark, raws: list[bytes]):
     lines = spark.createDataFrame(
-        [(raw, 0, "f.jsonl", i + 1) for i, raw in enumerate(raws)],
-        "raw binary, file_index int, source_file string, line_number long")
+        [(raw, 0, "f.jsonl", i + 1, None) for i, raw in enumerate(raws)],
+        "raw binary, file_index int, source_file string, line_number long, read_error string")
     fast = parsing.fast_parse(lines).cache()
     parsed = parsing.parsed_lines(fast, parsing.slow_parse(fast.filter("slow")))
     slow_lines = {r.line_number for r in fast.filter("slow").select("line_number").collect()}

@@ -122,3 +122,18 @@ class HadoopFS:
         if fs.exists(jpath):
             fs.delete(jpath, False)
         self.rename(temporary, path)
+
+    # -- symbolic links: kept apart from the rest, for the input listing (reading.py) -------------
+    def link_target(self, path: str) -> str | None:
+        """Where ``path`` points if it is itself a symbolic link, else None.
+
+        Hadoop's listings and ``getFileStatus`` follow links silently, so a link has to be asked
+        about entry by entry, with ``getFileLinkStatus``; on a file system without links (S3A,
+        ...) nothing is asked, which costs such stores no extra request per file.
+        """
+        jpath = self._path(path)
+        fs = self._fs(jpath)
+        if not fs.supportsSymlinks():
+            return None
+        status = fs.getFileLinkStatus(jpath)
+        return status.getSymlink().toString() if status.isSymlink() else None

@@ -27,10 +27,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from msgdedup.envelope import (
-    BRIDGE_DUPLICATE_ID_PROPERTY, DUPLICATE_ID_PROPERTY, MAX_EPOCH_MS, MIN_EPOCH_MS, InvalidLine,
-    parse_line, printable_raw_line,
+    BRIDGE_DUPLICATE_ID_PROPERTY, DUPLICATE_ID_PROPERTY, MAX_EPOCH_MS, MAX_RECEIVED_US, MIN_EPOCH_MS,
+    MIN_RECEIVED_US, InvalidLine, parse_line, printable_raw_line,
 )
-from msgdedup.engine.reading import FILE_INDEX, LINE_NUMBER, RAW, SOURCE_FILE
+from msgdedup.engine.reading import FILE_INDEX, LINE_NUMBER, RAW, READ_ERROR, SOURCE_FILE
 from msgdedup.keys import BRIDGE_CACHE_PREFIX
 
 LINE_BITS = 40
@@ -91,13 +91,17 @@ _FIELDS = ("struct<message_id string, address string, received_at string, proper
 
 def fast_parse(lines: DataFrame) -> DataFrame:
     """Lines -> PARSED_COLUMNS plus ``raw`` and ``slow``: ``slow`` rows are left for
-    ``slow_parse`` (their other columns are null), every other row is a valid message."""
+    ``slow_parse`` (their other columns are null); every other row is a valid message, or the
+    row of an unreadable file (``READ_ERROR``, reading.py), which is its error."""
     text = F.col(RAW).cast("string")
     f = F.col("_f")
     received_kind = F.col("_received_kind")  # STRING or BIGINT; "" when the shape is not ours
     iso, epoch_ms = f["received_at"], f["received_at"].try_cast("bigint")
+    iso_instant = iso.try_cast("timestamp")
     received_at = F.when(
-        received_kind == "STRING", F.when(iso.rlike(TIMESTAMP_PATTERN), iso.try_cast("timestamp")),
+        received_kind == "STRING",
+        F.when(iso.rlike(TIMESTAMP_PATTERN)
+               & F.unix_micros(iso_instant).between(MIN_RECEIVED_US, MAX_RECEIVED_US), iso_instant),
     ).when(
         received_kind == "BIGINT",
         F.when(epoch_ms.between(MIN_EPOCH_MS, MAX_EPOCH_MS), F.timestamp_micros(epoch_ms * 1000)),
@@ -112,15 +116,15 @@ def fast_parse(lines: DataFrame) -> DataFrame:
         .withColumn("_received_kind", F.regexp_extract(F.schema_of_variant("_v"), SHAPE_PATTERN, 3))
         .withColumn("_f", F.when(received_kind != "", F.try_variant_get("_v", "$", _FIELDS)))
         .withColumn("_received_at", received_at)
-        .withColumn("slow", ~F.coalesce(fast, F.lit(False)))
+        .withColumn("slow", ~F.coalesce(fast, F.lit(False)) & F.col(READ_ERROR).isNull())
     )
-    when_fast = lambda column: F.when(~F.col("slow"), column)  # noqa: E731
+    when_fast = lambda column: F.when(~F.col("slow") & F.col(READ_ERROR).isNull(), column)  # noqa: E731
     return checked.select(
         ((F.col(FILE_INDEX).cast("long") * (1 << LINE_BITS)) + F.col(LINE_NUMBER)).alias("row_id"),
         F.col(SOURCE_FILE).alias("source_file"),
         F.col(LINE_NUMBER).alias("line_number"),
-        when_fast(text).alias("raw_line"),
-        F.lit(None).cast("string").alias("error"),
+        F.when(F.col(READ_ERROR).isNotNull(), F.lit("")).otherwise(when_fast(text)).alias("raw_line"),
+        F.col(READ_ERROR).alias("error"),
         when_fast(message_id).alias("message_id"),
         when_fast(address).alias("address"),
         when_fast(F.col("_received_at")).alias("received_at"),

@@ -7,10 +7,24 @@ offset (``_metadata.file_block_start``) and the rows' order inside the split: ro
 are contiguous in one task, so ``monotonically_increasing_id`` minus the split's smallest id is
 the line's index in the split, and the lines of earlier splits of the same file come before it.
 That keeps reading fully parallel without collecting anything but per-split counts.
+
+What the listing and the reader promise (docs/semantics.md §1, "Files"):
+
+* every data file under the input is read, at any depth, in path order; a symbolic link inside
+  the partition is refused (``InputError``), never followed, so no file from outside the
+  partition can end up in the outputs;
+* file names are taken literally: Spark is given escaped paths, so ``a[1].jsonl`` is not a glob;
+* a line ends at ``\n`` (a ``\r`` right before it belongs to the line ending, a lone ``\r`` to
+  the line), and a UTF-8 byte order mark at the start of a file is not part of its first line;
+* a file whose content cannot be read (a truncated ``.gz``, a corrupt Parquet file) becomes one
+  row with ``READ_ERROR`` set, line number 0, and none of its lines: the books still balance
+  and the batch goes on. Only failures of the file system itself (a missing or forbidden file)
+  stop the run, because a retry can fix them.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from urllib.parse import unquote
 
@@ -28,6 +42,17 @@ FILE_URI = "file_uri"
 FILE_INDEX = "file_index"
 SOURCE_FILE = "source_file"
 LINE_NUMBER = "line_number"
+READ_ERROR = "read_error"  # why a whole file could not be read; null on every line of a readable file
+
+# The line number of the one row that stands for an unreadable file: the file as a whole.
+WHOLE_FILE = 0
+_BOM = b"\xef\xbb\xbf"
+_LINE_SEPARATOR = "\n"
+# Hadoop reads these as glob syntax in any path it is given; a backslash makes them literal.
+_GLOB_SYNTAX = re.compile(r"([\\\[\]{}*?])")
+# Root causes that mean the file system failed, not the file's content: a retry can succeed.
+_FILE_SYSTEM_ERRORS = ("java.io.FileNotFoundException", "org.apache.hadoop.security.AccessControlException",
+                       "java.nio.file.AccessDeniedException")
 
 
 class InputError(ValueError):
@@ -47,22 +72,21 @@ def _is_hidden(name: str) -> bool:
 
 
 def list_input_files(fs: HadoopFS, input_path: str) -> list[InputFile]:
-    """The batch's data files, sorted by path (the tie-break order of arrival)."""
+    """The batch's data files, at any depth under the input, sorted by path (the tie-break order
+    of arrival). The input itself may be a link or a glob; entries below it must not be links."""
     if fs.is_glob(input_path):
-        candidates = [f for f in fs.glob(input_path) if not f.is_dir]
-        if not candidates:
+        roots = [f for f in fs.glob(input_path) if not _is_hidden(f.name)]
+        if not roots:
             raise InputError(f"no files match {input_path}")
+        for root in roots:
+            _refuse_link(fs, root.path)
     elif not fs.exists(input_path):
         raise InputError(f"input path does not exist: {input_path}")
-    elif fs.is_dir(input_path):
-        candidates = [f for f in fs.list(input_path) if not f.is_dir]
     else:
-        candidates = [fs.stat(input_path)]
+        roots = [fs.stat(input_path)]
 
     files = []
-    for info in candidates:
-        if _is_hidden(info.name):
-            continue
+    for info in (found for root in roots for found in _walk(fs, root)):
         lower = info.name.lower()
         if lower.endswith(JSON_SUFFIXES):
             files.append(InputFile(info.path, info.size, "json"))
@@ -73,6 +97,33 @@ def list_input_files(fs: HadoopFS, input_path: str) -> list[InputFile]:
                 f"unsupported input file {info.path}: expected *.jsonl, *.json (optionally .gz) or *.parquet"
             )
     return sorted(files, key=lambda f: f.path)
+
+
+def _walk(fs: HadoopFS, info):
+    """``info`` if it is a file, else every non-hidden file below it; links are refused."""
+    if not info.is_dir:
+        yield info
+        return
+    for child in fs.list(info.path):
+        if _is_hidden(child.name):
+            continue
+        _refuse_link(fs, child.path)
+        yield from _walk(fs, child)
+
+
+def _refuse_link(fs: HadoopFS, path: str) -> None:
+    # Hadoop's listing follows links silently: reading one would put a file from anywhere (another
+    # partition, /etc/...) into this batch's outputs and the Data quality page.
+    target = fs.link_target(path)
+    if target is not None:
+        raise InputError(
+            f"input file {path} is a symbolic link (to {target}); links inside a partition are not "
+            f"followed: put the file itself there")
+
+
+def literal(path: str) -> str:
+    """``path`` as Spark (Hadoop) must be given it to read exactly that file, glob characters and all."""
+    return _GLOB_SYNTAX.sub(r"\\\1", path)
 
 
 def file_key(uri: str) -> str:
@@ -87,17 +138,25 @@ def _file_table(uris: list[str], files: list[InputFile]) -> dict[str, tuple[int,
     return {uri: (ranks[file_key(uri)], file_key(uri)) for uri in uris}
 
 
-def _json_lines(spark: SparkSession, files: list[InputFile], listing: list[InputFile]) -> DataFrame:
-    lines = (
-        spark.read.format("text").load([f.path for f in files])
-        .select(
-            F.col("value").cast("binary").alias(RAW),
-            F.col("_metadata.file_path").alias(FILE_URI),
-            F.col("_metadata.file_block_start").alias("block_start"),
-            F.monotonically_increasing_id().alias("row_in_task"),
-        )
+def _text(spark: SparkSession, paths: list[str]) -> DataFrame:
+    """The lines of JSON-lines files (decompressed by their suffix), each with its file and split."""
+    lines = spark.read.format("text").option("lineSep", _LINE_SEPARATOR).load([literal(p) for p in paths])
+    raw = F.col("value").cast("binary")
+    # CRLF files: the \r is part of the line ending. (Spark's default separator would also end a
+    # line at a lone \r, which JSON allows as whitespace inside a line.)
+    without_cr = F.when(F.substring(raw, -1, 1) == F.lit(b"\r"), F.expr("substr(cast(value as binary), 1, octet_length(value) - 1)"))
+    return lines.select(
+        without_cr.otherwise(raw).alias(RAW),
+        F.col("_metadata.file_path").alias(FILE_URI),
+        F.col("_metadata.file_block_start").alias("block_start"),
+        F.monotonically_increasing_id().alias("row_in_task"),
     )
-    # One row per split: small, so the running line count per file is done here in Python.
+
+
+def _json_lines(spark: SparkSession, files: list[InputFile], listing: list[InputFile]) -> DataFrame:
+    lines = _text(spark, [f.path for f in files])
+    # One row per split: small, so the running line count per file is done here in Python. This
+    # is the pass that reads every byte, so it is also where an unreadable file shows.
     blocks = (
         lines.groupBy(FILE_URI, "block_start")
         .agg(F.min("row_in_task").alias("first_row"), F.count(F.lit(1)).alias("rows"))
@@ -113,44 +172,131 @@ def _json_lines(spark: SparkSession, files: list[InputFile], listing: list[Input
     block_table = spark.createDataFrame(
         rows, f"{FILE_URI} string, block_start long, first_row long, lines_before long, "
               f"{FILE_INDEX} int, {SOURCE_FILE} string")
+    line_number = F.col("lines_before") + F.col("row_in_task") - F.col("first_row") + 1
+    raw = F.col(RAW)
+    # a byte order mark starts a file, not its first line
+    bom = (line_number == 1) & (F.substring(raw, 1, len(_BOM)) == F.lit(_BOM))
     return (
         lines.join(F.broadcast(block_table), [FILE_URI, "block_start"])
         .select(
-            RAW, FILE_INDEX, SOURCE_FILE,
-            (F.col("lines_before") + F.col("row_in_task") - F.col("first_row") + 1).alias(LINE_NUMBER),
+            F.when(bom, F.expr(f"substr({RAW}, {len(_BOM) + 1})")).otherwise(raw).alias(RAW),
+            FILE_INDEX, SOURCE_FILE, line_number.alias(LINE_NUMBER),
+            F.lit(None).cast("string").alias(READ_ERROR),
         )
     )
 
 
-def _parquet_rows(spark: SparkSession, files: list[InputFile], listing: list[InputFile]) -> DataFrame:
+def _parquet_text(frame: DataFrame) -> DataFrame:
     # Parquet rows go through the same validation as JSON lines: each row becomes its JSON text.
-    rows = spark.read.option("mergeSchema", "true").parquet(*[f.path for f in files])
-    data_columns = [c for c in rows.columns]
-    rows = rows.select(
+    return frame.select(
         F.to_json(
-            F.struct(*[F.col(f"`{c}`") for c in data_columns]),
+            F.struct(*[F.col(f"`{c}`") for c in frame.columns]),
             {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"},  # keep microseconds
         ).cast("binary").alias(RAW),
         F.col("_metadata.file_path").alias(FILE_URI),
         (F.col("_metadata.row_index") + 1).alias(LINE_NUMBER),
     )
-    uris = [r[0] for r in rows.select(FILE_URI).distinct().collect()]
+
+
+def _decoded_files(rows: DataFrame) -> list[str]:
+    """Decode every value of every row (the JSON text's length needs them all), keeping nothing
+    but the files' uris: a corrupt page fails here, where its file can be found, rather than in
+    the middle of the batch."""
+    return [r[0] for r in rows.groupBy(FILE_URI).agg(F.sum(F.length(RAW))).collect()]
+
+
+def _parquet_rows(spark: SparkSession, files: list[InputFile], listing: list[InputFile]) -> DataFrame:
+    """The rows of Parquet files as JSON text: read together when their schemas merge (the usual
+    case), else in groups of one schema each, so that files disagreeing on a column's type (a
+    ``message_id`` that is a string in one file and a number in another) are each read as they
+    are and their rows validated one by one."""
+    paths = [literal(f.path) for f in files]
+    try:
+        frames = [_parquet_text(spark.read.option("mergeSchema", "true").parquet(*paths))]
+        uris = _decoded_files(frames[0])
+    except Exception:  # noqa: BLE001 - a conflict is resolved below; anything else fails there again
+        groups: dict[str, list[str]] = {}
+        for path in paths:
+            groups.setdefault(spark.read.parquet(path).schema.json(), []).append(path)
+        frames = [_parquet_text(spark.read.parquet(*group)) for group in groups.values()]
+        uris = [uri for frame in frames for uri in _decoded_files(frame)]
+    rows = frames[0]
+    for frame in frames[1:]:
+        rows = rows.unionByName(frame)
     table = _file_table(uris, listing)
     file_table = spark.createDataFrame(
         [(uri, *table[uri]) for uri in uris], f"{FILE_URI} string, {FILE_INDEX} int, {SOURCE_FILE} string")
-    return rows.join(F.broadcast(file_table), FILE_URI).select(RAW, FILE_INDEX, SOURCE_FILE, LINE_NUMBER)
+    return rows.join(F.broadcast(file_table), FILE_URI).select(
+        RAW, FILE_INDEX, SOURCE_FILE, LINE_NUMBER, F.lit(None).cast("string").alias(READ_ERROR))
+
+
+# -- unreadable files --------------------------------------------------------------------------------
+def _probe(spark: SparkSession, file: InputFile) -> str | None:
+    """None if ``file`` reads to its end on its own, else why not (as the quarantine says it).
+    A failure of the file system rather than of the content is an InputError: the run stops and
+    a retry can succeed, where quarantining would leave the file's lines out for good."""
+    try:
+        if file.format == "json":
+            _text(spark, [file.path]).agg(F.count(F.lit(1))).collect()
+        else:
+            _decoded_files(_parquet_text(spark.read.parquet(literal(file.path))))
+        return None
+    except Exception as error:  # noqa: BLE001 - classified by its root cause
+        cause, message = _root_cause(error)
+        if cause in _FILE_SYSTEM_ERRORS:
+            raise InputError(f"cannot read input file {file.path}: {message}") from None
+        message = message if len(message) <= 300 else message[:300] + "…"
+        return f"unreadable file ({cause}: {message}): none of its lines are in this batch"
+
+
+def _root_cause(error: BaseException) -> tuple[str, str]:
+    """The innermost Java exception behind a Spark error: its class name and message."""
+    java = getattr(error, "java_exception", None) or getattr(error, "_origin", None)
+    if java is None:
+        return type(error).__name__, str(error).strip().splitlines()[0] if str(error).strip() else ""
+    while java.getCause() is not None and not java.getCause().equals(java):
+        java = java.getCause()
+    return java.getClass().getName(), str(java.getMessage() or "").strip()
+
+
+def _readable(spark: SparkSession, read, files: list[InputFile], listing: list[InputFile],
+              unreadable: dict[str, str]) -> DataFrame | None:
+    """``read(files)``; if that fails, each file is probed on its own, the unreadable ones are
+    added to ``unreadable`` (path -> reason) and the others read. Nothing extra is read unless
+    something failed."""
+    try:
+        return read(spark, files, listing)
+    except InputError:
+        raise
+    except Exception:
+        found = {f.path: reason for f in files if (reason := _probe(spark, f)) is not None}
+        if not found:
+            raise  # not a file's fault: an internal error
+    unreadable.update(found)
+    rest = [f for f in files if f.path not in found]
+    return read(spark, rest, listing) if rest else None
+
+
+def _unreadable_rows(spark: SparkSession, unreadable: dict[str, str], listing: list[InputFile]) -> DataFrame:
+    """One row per unreadable file, standing for the whole file (line number 0, no raw bytes)."""
+    ranks = {f.path: i for i, f in enumerate(listing)}
+    return spark.createDataFrame(
+        [(None, ranks[path], path, WHOLE_FILE, reason) for path, reason in sorted(unreadable.items())],
+        f"{RAW} binary, {FILE_INDEX} int, {SOURCE_FILE} string, {LINE_NUMBER} long, {READ_ERROR} string")
 
 
 def read_lines(spark: SparkSession, files: list[InputFile]) -> DataFrame | None:
-    """Every input line as (raw bytes, file index, source file, line number); None for an empty
-    batch. ``files`` is the sorted listing: the file index is the rank of the file's path."""
+    """Every input line as (raw bytes, file index, source file, line number, read error); None for
+    an empty batch. ``files`` is the sorted listing: the file index is the rank of the file's path."""
+    unreadable: dict[str, str] = {}
     frames = []
-    json_files = [f for f in files if f.format == "json" and f.size > 0]
-    parquet_files = [f for f in files if f.format == "parquet" and f.size > 0]
-    if json_files:
-        frames.append(_json_lines(spark, json_files, files))
-    if parquet_files:
-        frames.append(_parquet_rows(spark, parquet_files, files))
+    for file_format, read in (("json", _json_lines), ("parquet", _parquet_rows)):
+        chosen = [f for f in files if f.format == file_format and f.size > 0]
+        if chosen:
+            frames.append(_readable(spark, read, chosen, files, unreadable))
+    frames = [frame for frame in frames if frame is not None]
+    if unreadable:
+        frames.append(_unreadable_rows(spark, unreadable, files))
     if not frames:
         return None
     result = frames[0]
