@@ -135,5 +135,9 @@ class HadoopFS:
         fs = self._fs(jpath)
         if not fs.supportsSymlinks():
             return None
+        if jpath.toUri().getScheme() == "file":
+            # The local file system reads the link of "file:/x" as the file "file:/x" (which does
+            # not exist) and reports no link: it must be asked with the bare path.
+            jpath = self._path(jpath.toUri().getPath())
         status = fs.getFileLinkStatus(jpath)
         return status.getSymlink().toString() if status.isSymlink() else None
