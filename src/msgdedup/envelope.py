@@ -85,7 +85,8 @@ def decimal_form(value: int | float) -> str:
 def parse_received_at(value: object) -> int:
     """ISO-8601 text with an offset, or integer epoch milliseconds -> epoch microseconds."""
     if isinstance(value, bool):
-        raise InvalidLine(f"received_at must be an ISO-8601 string with offset or epoch milliseconds, got {_type_name(value)}")
+        raise InvalidLine(
+            f"received_at must be an ISO-8601 string with offset or epoch milliseconds, got {_type_name(value)}")
     if isinstance(value, int):
         if not MIN_EPOCH_MS <= value <= MAX_EPOCH_MS:
             raise InvalidLine(f"received_at: epoch milliseconds {_snippet(str(value))} out of range")

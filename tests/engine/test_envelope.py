@@ -37,7 +37,8 @@ def test_detection_off_and_keyless_are_not_checked():
     keyless = _parse({"message_id": "m", "address": "a", "received_at": 1})
     assert cache_key(keyless.address, keyless.properties, parse_settings(None)) is None
     off = _parse({"message_id": "m", "address": "a", "received_at": 1, "properties": {"_AMQ_DUPL_ID": "k"}})
-    assert cache_key(off.address, off.properties, parse_settings({"address_settings": {"a": {"id_cache_size": 0}}})) is None
+    detection_off = parse_settings({"address_settings": {"a": {"id_cache_size": 0}}})
+    assert cache_key(off.address, off.properties, detection_off) is None
 
 
 def test_nulls_in_optional_fields_mean_absent():

@@ -24,7 +24,8 @@ PIECES = [
 VALID = {"message_id": "m1", "address": "a", "received_at": "2026-11-21T05:00:00Z"}
 
 raw_bytes = st.binary(max_size=300)
-jsonish = st.lists(st.sampled_from(PIECES), max_size=40).map(lambda parts: "".join(parts).encode("utf-8", "surrogatepass"))
+jsonish = st.lists(st.sampled_from(PIECES), max_size=40).map(
+    lambda parts: "".join(parts).encode("utf-8", "surrogatepass"))
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),

@@ -142,7 +142,8 @@ def _parse_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch
     for batch in batches:
         c = batch.to_pydict()
         out = {name: [] for name in PARSED_COLUMNS}
-        for row_id, source_file, number, raw in zip(c["row_id"], c["source_file"], c["line_number"], c[RAW]):
+        columns = (c["row_id"], c["source_file"], c["line_number"], c[RAW])
+        for row_id, source_file, number, raw in zip(*columns, strict=True):
             out["row_id"].append(row_id)
             out["source_file"].append(source_file)
             out["line_number"].append(number)

@@ -144,7 +144,8 @@ def _text(spark: SparkSession, paths: list[str]) -> DataFrame:
     raw = F.col("value").cast("binary")
     # CRLF files: the \r is part of the line ending. (Spark's default separator would also end a
     # line at a lone \r, which JSON allows as whitespace inside a line.)
-    without_cr = F.when(F.substring(raw, -1, 1) == F.lit(b"\r"), F.expr("substr(cast(value as binary), 1, octet_length(value) - 1)"))
+    without_cr = F.when(F.substring(raw, -1, 1) == F.lit(b"\r"),
+                        F.expr("substr(cast(value as binary), 1, octet_length(value) - 1)"))
     return lines.select(
         without_cr.otherwise(raw).alias(RAW),
         F.col("_metadata.file_path").alias(FILE_URI),
