@@ -215,3 +215,19 @@ def test_the_input_itself_may_be_a_link(spark, tmp_path):
     os.symlink(tmp_path / "raw", tmp_path / "current")
     run_batch(spark, str(tmp_path / "current"), str(tmp_path / "wh"), BATCH)
     assert set(_delivered(tmp_path / "wh")) == {"m1"}
+
+
+def test_the_batch_command_quarantines_a_huge_number_and_refuses_a_link(tmp_path):
+    """The reported failures, as users meet them: a 5,000-digit integer used to fail the batch
+    with exit 1 (and block every later hour); a link is refused with exit 2 and one line."""
+    from tests.engine.test_batch_command import _assert_one_line_error, run_command
+
+    huge = b'{"message_id":"m2","address":"a","received_at":1,"seq":' + b"9" * 5000 + b"}"
+    write_batch(tmp_path / "raw" / "hour=05", {"part-0.jsonl": [_line("m1"), huge]})
+    args = ("--input", str(tmp_path / "raw"), "--warehouse", str(tmp_path / "wh"), "--batch-id", BATCH)
+    code, out, err = run_command(*args)
+    assert code == 0, out + err
+    assert f"committed batch {BATCH}: 2 lines, 1 delivered, 0 dropped, 1 quarantined" in out
+    os.symlink("/etc/hostname", tmp_path / "raw" / "hour=05" / "part-1.jsonl")
+    code, out, err = run_command(*args)
+    _assert_one_line_error(code, out + err, 2, "part-1.jsonl is a symbolic link (to file:/etc/hostname)")
