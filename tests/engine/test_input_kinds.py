@@ -173,6 +173,9 @@ def test_subdirectories_are_read_in_path_order(spark, tmp_path):
     write_batch(raw / "_temporary", {"z.jsonl": [_line("hidden")]})
     files = list_input_files(HadoopFS(spark), str(raw))
     assert [f.path.split("/raw/", 1)[1] for f in files] == ["a/deeper/y.jsonl", "b/x.jsonl", "c.jsonl"]
+    # a glob's matching directories are read the same way, once each even where matches overlap
+    assert list_input_files(HadoopFS(spark), str(raw / "*")) == files
+    assert list_input_files(HadoopFS(spark), str(raw / "{a,a/deeper,b,c.jsonl}")) == files
     run_batch(spark, str(raw), str(tmp_path / "wh"), BATCH)
     assert set(_delivered(tmp_path / "wh")) == {"b-x", "a-y", "c"}
     _assert_accounting(tmp_path / "wh", BATCH, 3)
@@ -230,4 +233,14 @@ def test_the_batch_command_quarantines_a_huge_number_and_refuses_a_link(tmp_path
     assert f"committed batch {BATCH}: 2 lines, 1 delivered, 0 dropped, 1 quarantined" in out
     os.symlink("/etc/hostname", tmp_path / "raw" / "hour=05" / "part-1.jsonl")
     code, out, err = run_command(*args)
-    _assert_one_line_error(code, out + err, 2, "part-1.jsonl is a symbolic link (to file:/etc/hostname)")
+    _assert_one_line_error(code, out + err, 2, "part-1.jsonl is a symbolic link (to /etc/hostname)")
+
+
+def test_a_dangling_link_is_refused_not_skipped(spark, tmp_path):
+    """Hadoop's local listing leaves a link to nothing out: it must not vanish from the batch."""
+    write_batch(tmp_path / "raw", {"a.jsonl": [_line("m1")]})
+    os.symlink(tmp_path / "gone.jsonl", tmp_path / "raw" / "b.jsonl")
+    with pytest.raises(InputError, match=r"b.jsonl is a symbolic link \(to .*gone.jsonl\)"):
+        list_input_files(HadoopFS(spark), str(tmp_path / "raw"))
+    with pytest.raises(InputError, match=r"b.jsonl is a symbolic link"):
+        list_input_files(HadoopFS(spark), str(tmp_path / "raw" / "*.jsonl"))

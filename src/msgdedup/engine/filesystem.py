@@ -7,6 +7,7 @@ than Python's ``os``: whatever path Spark can read, the commit protocol can mana
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
@@ -124,20 +125,24 @@ class HadoopFS:
         self.rename(temporary, path)
 
     # -- symbolic links: kept apart from the rest, for the input listing (reading.py) -------------
-    def link_target(self, path: str) -> str | None:
-        """Where ``path`` points if it is itself a symbolic link, else None.
+    def links_in(self, directory: str) -> dict[str, str]:
+        """The entries of ``directory`` that are symbolic links: name -> target, dangling ones too.
 
-        Hadoop's listings and ``getFileStatus`` follow links silently, so a link has to be asked
-        about entry by entry, with ``getFileLinkStatus``; on a file system without links (S3A,
-        ...) nothing is asked, which costs such stores no extra request per file.
+        Hadoop's listings follow links silently, and the local file system's leaves a link to
+        nothing out altogether, so links are listed on their own: on the local file system with
+        ``os.scandir`` (which does not follow them; Hadoop's ``getFileLinkStatus`` misreads
+        qualified ``file:`` paths), elsewhere from the listing's statuses (HDFS lists a link as a
+        link). A file system without links (S3A, ...) is not asked at all.
         """
-        jpath = self._path(path)
+        jpath = self._path(directory)
         fs = self._fs(jpath)
         if not fs.supportsSymlinks():
-            return None
-        if jpath.toUri().getScheme() == "file":
-            # The local file system reads the link of "file:/x" as the file "file:/x" (which does
-            # not exist) and reports no link: it must be asked with the bare path.
-            jpath = self._path(jpath.toUri().getPath())
-        status = fs.getFileLinkStatus(jpath)
-        return status.getSymlink().toString() if status.isSymlink() else None
+            return {}
+        if fs.getUri().getScheme() == "file":
+            with os.scandir(fs.makeQualified(jpath).toUri().getPath()) as entries:
+                return {e.name: os.readlink(e.path) for e in entries if e.is_symlink()}
+        return {s.getPath().getName(): s.getSymlink().toString() for s in fs.listStatus(jpath) if s.isSymlink()}
+
+    def glob_matches(self, pattern: str, name: str) -> bool:
+        """Whether one path component of a Hadoop glob matches ``name``, as ``glob`` would."""
+        return bool(self._jvm.org.apache.hadoop.fs.GlobPattern(pattern).matches(name))

@@ -25,6 +25,7 @@ What the listing and the reader promise (docs/semantics.md §1, "Files"):
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import unquote
 
@@ -73,30 +74,37 @@ def _is_hidden(name: str) -> bool:
 
 def list_input_files(fs: HadoopFS, input_path: str) -> list[InputFile]:
     """The batch's data files, at any depth under the input, sorted by path (the tie-break order
-    of arrival). The input itself may be a link or a glob; entries below it must not be links."""
+    of arrival). The input itself may be a link; no entry below it (or matched by it, for a glob)
+    may be one."""
     if fs.is_glob(input_path):
         roots = [f for f in fs.glob(input_path) if not _is_hidden(f.name)]
+        # The glob's matches must not be links either, including links to nothing, which the
+        # glob itself does not return: look in every directory a match can be in.
+        directory, _, last = input_path.rstrip("/").rpartition("/")
+        parents = {root.path.rstrip("/").rsplit("/", 1)[0] for root in roots}
+        if directory and not fs.is_glob(directory) and fs.is_dir(directory):
+            parents.add(fs.qualify(directory))
+        for parent in sorted(parents):
+            _refuse_links(fs, parent, lambda name, last=last: fs.glob_matches(last, name))
         if not roots:
             raise InputError(f"no files match {input_path}")
-        for root in roots:
-            _refuse_link(fs, root.path)
     elif not fs.exists(input_path):
         raise InputError(f"input path does not exist: {input_path}")
     else:
         roots = [fs.stat(input_path)]
 
-    files = []
+    files = {}
     for info in (found for root in roots for found in _walk(fs, root)):
         lower = info.name.lower()
         if lower.endswith(JSON_SUFFIXES):
-            files.append(InputFile(info.path, info.size, "json"))
+            files[info.path] = InputFile(info.path, info.size, "json")
         elif lower.endswith(PARQUET_SUFFIXES):
-            files.append(InputFile(info.path, info.size, "parquet"))
+            files[info.path] = InputFile(info.path, info.size, "parquet")
         else:
             raise InputError(
                 f"unsupported input file {info.path}: expected *.jsonl, *.json (optionally .gz) or *.parquet"
             )
-    return sorted(files, key=lambda f: f.path)
+    return [files[path] for path in sorted(files)]  # once each, even if two glob matches overlap
 
 
 def _walk(fs: HadoopFS, info):
@@ -104,21 +112,22 @@ def _walk(fs: HadoopFS, info):
     if not info.is_dir:
         yield info
         return
+    _refuse_links(fs, info.path)
     for child in fs.list(info.path):
-        if _is_hidden(child.name):
-            continue
-        _refuse_link(fs, child.path)
-        yield from _walk(fs, child)
+        if not _is_hidden(child.name):
+            yield from _walk(fs, child)
 
 
-def _refuse_link(fs: HadoopFS, path: str) -> None:
-    # Hadoop's listing follows links silently: reading one would put a file from anywhere (another
-    # partition, /etc/...) into this batch's outputs and the Data quality page.
-    target = fs.link_target(path)
-    if target is not None:
-        raise InputError(
-            f"input file {path} is a symbolic link (to {target}); links inside a partition are not "
-            f"followed: put the file itself there")
+def _refuse_links(fs: HadoopFS, directory: str, chosen: Callable[[str], bool] = lambda name: True) -> None:
+    """InputError for the first data entry of ``directory`` (that ``chosen`` accepts) that is a
+    link. Hadoop's listing follows links silently: reading one would put a file from anywhere
+    (another partition, /etc/...) into this batch's outputs and the Data quality page, and a link
+    to nothing would vanish from the batch without a word."""
+    for name, target in sorted(fs.links_in(directory).items()):
+        if not _is_hidden(name) and chosen(name):
+            raise InputError(
+                f"input file {directory.rstrip('/')}/{name} is a symbolic link (to {target}); links inside a "
+                f"partition are not followed: put the file itself there")
 
 
 def literal(path: str) -> str:
