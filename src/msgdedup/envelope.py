@@ -112,6 +112,14 @@ def _reject_constant(name: str):
     raise InvalidLine(f"not valid JSON: {name} is not a JSON number")
 
 
+def _finite_float(text: str) -> float:
+    # 1e400 is valid JSON but no double: json would make it inf, which no output can carry as JSON
+    value = float(text)
+    if not math.isfinite(value):
+        raise InvalidLine(f"not valid JSON: number {_snippet(text)} is out of range")
+    return value
+
+
 def _decode(raw: bytes) -> str:
     try:
         return raw.decode("utf-8")
@@ -147,7 +155,8 @@ def _parse_line(raw: bytes) -> Message:
     if text.strip() == "":
         raise InvalidLine("empty line")
     try:
-        document = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_object)
+        document = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float,
+                              object_pairs_hook=_object)
     except InvalidLine:
         raise
     except json.JSONDecodeError as exc:

@@ -67,3 +67,18 @@ def test_an_unpaired_surrogate_escape_is_an_invalid_line_not_a_crash():
         parse_line(b'{"message_id":"m\\ud800","address":"a","received_at":1}')
     paired = parse_line(b'{"message_id":"m\\ud83d\\ude00","address":"a","received_at":1}')
     assert paired.message_id == "m\U0001F600"
+
+
+@pytest.mark.parametrize("field,value,reason", [
+    ("x_extra", "1e400", "not valid JSON: number 1e400 is out of range"),
+    ("properties", '{"_AMQ_DUPL_ID": -1e999}', "not valid JSON: number -1e999 is out of range"),
+    ("seq", "9" * 5000, "not valid JSON: a number with more than 4300 digits"),
+    ("address", '"b", "address": "c"', "not valid JSON: duplicate key 'address'"),
+])
+def test_numbers_beyond_their_type_and_repeated_keys_are_refused(field, value, reason):
+    """Before, 1e400 became inf (stored as "Infinity"), 5,000 digits raised ValueError (a failed
+    batch), and a repeated key silently kept its last copy."""
+    raw = f'{{"message_id": "m", "received_at": 1, "address": "a", "{field}": {value}}}'.encode()
+    with pytest.raises(InvalidLine) as error:
+        parse_line(raw)
+    assert str(error.value) == reason
