@@ -11,6 +11,9 @@ venv="$(cd "${1:-.venv}" && pwd)"
 python="$venv/bin/python"
 spark_home="$("$python" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')"
 
+# uv may install these files as hard links shared with its cache and with every other venv made
+# from it: writing through such a link would rebind all of them. Remove first, then write our own.
+rm -f "$venv/bin/find-spark-home" "$spark_home/conf/spark-env.sh" "$spark_home/conf/log4j2.properties"
 cat > "$venv/bin/find-spark-home" <<SH
 # Written by scripts/bind_spark_to_venv.sh (make setup): this venv's Spark.
 if [ -z "\${SPARK_HOME:-}" ]; then
