@@ -38,7 +38,8 @@ from urllib.parse import unquote, urlparse
 from pyspark.sql import DataFrame, SparkSession
 
 from msgdedup import exit_codes, layout
-from msgdedup.quality import hadoop_io, tables
+from msgdedup.engine.filesystem import HadoopFS, local_directory
+from msgdedup.quality import tables
 from msgdedup.quality.checks import CHECKED_TABLES, DATA_DOCS_SITE
 from msgdedup.quality.materialise import MaterialisedTables, gate_session
 from msgdedup.quality.project import default_project_dir, open_context
@@ -141,7 +142,7 @@ def read_manifest(spark: SparkSession, warehouse: str, batch_id: str) -> dict:
     """The committed batch's manifest; a missing one means "not committed" (a user error)."""
     if not layout.is_batch_id(batch_id):
         raise GateInputError(f"bad batch id {batch_id!r}")
-    text = hadoop_io.read_text(spark, layout.manifest(warehouse, batch_id))
+    text = HadoopFS(spark).read_text(layout.manifest(warehouse, batch_id), missing_ok=True)
     if text is None:
         raise GateInputError(f"batch {batch_id} is not committed in {warehouse} (no runs/{batch_id}.json)")
     try:
@@ -154,7 +155,7 @@ def read_manifest(spark: SparkSession, warehouse: str, batch_id: str) -> dict:
 
 
 def _read_output(spark: SparkSession, path: str, what: str) -> DataFrame:
-    if not hadoop_io.exists(spark, path):
+    if not HadoopFS(spark).exists(path):
         raise GateInputError(f"{what} output missing: {path}")
     return spark.read.parquet(path)
 
@@ -178,7 +179,7 @@ def read_batch(spark: SparkSession, warehouse: str, batch_id: str) -> BatchOutpu
     parent = (manifest.get("parent") or {}).get("batch_id")
     if parent:
         parent_path = layout.output_dir(warehouse, "id_cache", parent)
-        if not hadoop_io.exists(spark, parent_path):
+        if not HadoopFS(spark).exists(parent_path):
             raise GateInputError(f"parent batch {parent}'s id_cache snapshot is missing: {parent_path}")
         parent_id_cache = spark.read.parquet(parent_path)
     else:
@@ -280,7 +281,7 @@ def run_gate(
     with timer.step("read"):
         batch = read_batch(session, warehouse, batch_id)
     quality_dir = (settings.quality_dir or layout.quality_dir(warehouse)).rstrip("/")
-    local_quality = hadoop_io.local_directory(quality_dir)
+    local_quality = local_directory(quality_dir)
     if local_quality is not None:
         # GX resolves relative store paths against the project directory, not the cwd.
         local_quality = quality_dir = os.path.abspath(local_quality)
@@ -334,7 +335,7 @@ def run_gate(
                 page = layout.data_docs_dir(quality_dir) + page[len(layout.data_docs_dir(scratch)):]
             outcomes.extend(_outcomes(name, validation, page))
         if scratch is not None:
-            _copy_to_hadoop(spark, layout.data_docs_dir(scratch), layout.data_docs_dir(quality_dir))
+            HadoopFS(spark).copy_from_local(layout.data_docs_dir(scratch), layout.data_docs_dir(quality_dir))
             shutil.rmtree(scratch, ignore_errors=True)
 
     gate = GateResult(
@@ -347,7 +348,7 @@ def run_gate(
         checked_at=now.isoformat(),
     )
     gate.timings = timer.as_dict()
-    hadoop_io.write_text(spark, gate.result_path, json.dumps(gate.to_dict(), indent=2, sort_keys=False) + "\n")
+    HadoopFS(spark).write_text_atomic(gate.result_path, json.dumps(gate.to_dict(), indent=2, sort_keys=False) + "\n")
     return gate
 
 
@@ -366,17 +367,6 @@ def preload_gx() -> threading.Thread:
     thread = threading.Thread(target=load, name="preload-great-expectations", daemon=True)
     thread.start()
     return thread
-
-
-def _copy_to_hadoop(spark: SparkSession, local_dir: str, target: str) -> None:
-    jvm = spark.sparkContext._jvm
-    destination = jvm.org.apache.hadoop.fs.Path(target)
-    fs = destination.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    for path in Path(local_dir).rglob("*"):
-        if path.is_file():
-            relative = path.relative_to(local_dir).as_posix()
-            fs.copyFromLocalFile(False, True, jvm.org.apache.hadoop.fs.Path(str(path)),
-                                 jvm.org.apache.hadoop.fs.Path(f"{target}/{relative}"))
 
 
 def main(argv: list[str] | None = None) -> int:
