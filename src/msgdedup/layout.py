@@ -31,7 +31,7 @@ QUALITY = "quality"
 DATA_DOCS = "data_docs"
 PUBLISHED = "published"
 STAGING = "_staging"
-TRASH = "_trash"  # under _staging/: discarded runs are renamed here, then deleted
+TRASH = "_trash"  # _staging/_trash-<random>: a discarded run, renamed out of sight, then deleted
 COMMITS = "_commits"
 LEASE = "_WRITER.json"
 
@@ -93,6 +93,7 @@ def staging_dir(root: str | os.PathLike, batch_id: str | None = None, run_id: st
 
 
 def staging_trash(root: str | os.PathLike) -> str:
+    """The prefix of the names discarded runs get (``-<random>`` is appended) before deletion."""
     return _join(root, STAGING, TRASH)
 
 

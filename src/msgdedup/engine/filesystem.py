@@ -245,17 +245,17 @@ class HadoopFS:
                 raise OSError(f"cannot create {path}: rename of {temporary} refused")
         return created
 
-    def remove_atomically(self, path: str, trash_dir: str) -> bool:
-        """Move a directory out of sight in one rename, then delete it; False if it was gone already.
+    def remove_atomically(self, path: str, trash_prefix: str) -> bool:
+        """Move a directory out of sight in one rename (to ``<trash_prefix>-<random>``), then delete
+        it; False if it was gone already.
 
         A concurrent reader of ``path`` sees all of it or none of it, never a half-deleted tree.
         """
-        trash = f"{trash_dir.rstrip('/')}/{uuid.uuid4().hex}"
+        trash = f"{trash_prefix}-{uuid.uuid4().hex}"
         src, dst = self._path(path), self._path(trash)
         fs = self._fs(src)
         if not fs.exists(src):
             return False
-        fs.mkdirs(dst.getParent())
         if not fs.rename(src, dst):
             if not fs.exists(src):
                 return False

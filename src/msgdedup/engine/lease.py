@@ -235,7 +235,7 @@ class Lease:
         aside = f"{self.path}.broken-{uuid.uuid4().hex}"
         try:
             self.fs.rename(self.path, aside)
-        except OSError:
+        except Exception:  # noqa: BLE001 - OSError, or Hadoop's FileNotFoundException through py4j
             return  # someone else broke or released it first
         moved = self.fs.read_text(aside, missing_ok=True)
         try:
@@ -305,7 +305,8 @@ class Lease:
                 try:
                     self.renew()
                 except LeaseLost as lost:
-                    log.error("%s; the run will not commit", lost)
+                    # Not an error yet: the commit refuses, with the one-line message users see.
+                    log.info("%s; the run will not commit", lost)
                     return
                 except Exception:  # noqa: BLE001 - a failed renewal is retried; expiry is the limit
                     log.warning("could not renew the warehouse lease", exc_info=True)

@@ -265,7 +265,7 @@ class Warehouse:
         decided = self.read_commit_entry(head) if head else None
         staging_root = layout.staging_dir(self.root)
         for batch_dir in self.fs.list(staging_root):
-            if batch_dir.name == layout.TRASH:
+            if batch_dir.name.startswith(layout.TRASH):
                 self.fs.delete(batch_dir.path)  # left by a crash between a discard's rename and delete
                 continue
             for run_dir in self.fs.list(batch_dir.path):

@@ -187,6 +187,43 @@ def read_batch(spark: SparkSession, warehouse: str, batch_id: str) -> BatchOutpu
     return BatchOutputs(manifest=manifest, parent_id_cache=parent_id_cache, **outputs)
 
 
+LINEAGE_SUITE = "lineage"
+LINEAGE_EXPECTATION = "expect_parent_to_be_latest_committed_batch"
+
+
+def lineage(spark: SparkSession, warehouse: str, batch_id: str, manifest: dict) -> ExpectationOutcome:
+    """The recorded parent must be the latest committed batch before this one, with the snapshot
+    fingerprint that batch's manifest records.
+
+    The engine refuses to commit on a stale parent, but a warehouse can be changed by other tools
+    (a copy, an older engine, a hand-made repair). A batch built on the wrong ID cache lets
+    duplicates through that no check of its own rows can see, so the gate looks at the history too.
+    """
+    from msgdedup.engine.warehouse import Warehouse
+
+    history = Warehouse(HadoopFS(spark), warehouse)
+    earlier = [b for b in history.committed_batches() if b < batch_id]
+    latest = earlier[-1] if earlier else None
+    recorded = manifest.get("parent") or {}
+    recorded_parent = recorded.get("batch_id")
+    observed: dict[str, Any] = {"recorded_parent": recorded_parent, "latest_committed_before": latest}
+    reason = None
+    if recorded_parent != latest:
+        reason = (f"batch {batch_id} was built on {recorded_parent or 'no parent'}, but the latest committed "
+                  f"batch before it is {latest or 'none'}: its ID cache misses that batch's keys, so "
+                  f"duplicates may have been delivered; re-run {batch_id} (and the batches after it)")
+    elif latest is not None:
+        fingerprint = history.read_manifest(latest).get("snapshot_fingerprint")
+        observed.update(recorded_fingerprint=recorded.get("snapshot_fingerprint"), parent_fingerprint=fingerprint)
+        if fingerprint != recorded.get("snapshot_fingerprint"):
+            reason = (f"batch {batch_id} was built on a snapshot of {latest} other than the committed one "
+                      f"(fingerprint {recorded.get('snapshot_fingerprint')} recorded, {fingerprint} committed): "
+                      f"{latest} was re-committed after {batch_id}; re-run {batch_id}")
+    observed["observed_value"] = reason or f"parent {recorded_parent or 'none'} is the latest committed batch before it"
+    return ExpectationOutcome(suite=LINEAGE_SUITE, expectation=LINEAGE_EXPECTATION, success=reason is None,
+                              observed=observed, sample_rows=[], kwargs={"column": "parent"})
+
+
 def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str) -> dict[str, Callable[[], DataFrame]]:
     """How to build each checked table of ``checks.CHECKED_TABLES``, by name (lazy DataFrames)."""
     sizes = tables.cache_sizes(spark, batch.manifest)
@@ -280,6 +317,7 @@ def run_gate(
     session = gate_session(spark)
     with timer.step("read"):
         batch = read_batch(session, warehouse, batch_id)
+        parent_check = lineage(session, warehouse, batch_id, batch.manifest)
     quality_dir = (settings.quality_dir or layout.quality_dir(warehouse)).rstrip("/")
     local_quality = local_directory(quality_dir)
     if local_quality is not None:
@@ -327,7 +365,7 @@ def run_gate(
             resource_identifiers=[identifier for _, identifier, _ in validated]
             + [ExpectationSuiteIdentifier(name=name) for name in dict.fromkeys(name for name, _, _ in validated)],
         )
-        outcomes: list[ExpectationOutcome] = []
+        outcomes: list[ExpectationOutcome] = [parent_check]
         for name, identifier, validation in validated:
             urls = context.get_docs_sites_urls(resource_identifier=identifier, site_name=DATA_DOCS_SITE)
             page = _local_url_to_path(urls[0]["site_url"]) if urls else None
