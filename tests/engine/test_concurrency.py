@@ -26,7 +26,7 @@ from msgdedup import exit_codes, layout
 from msgdedup.engine.batch import StaleHistoryError, run_batch
 from msgdedup.engine.filesystem import HadoopFS
 from msgdedup.engine.lease import TTL_ENV, WarehouseBusy
-from msgdedup.engine.warehouse import PAUSE_ENV, Warehouse
+from msgdedup.engine.warehouse import PAUSE_ENV, CommitConflict, Warehouse
 from msgdedup.quality.gate import main as gate_main
 
 from tests.engine.support import manifest, message, read_output, write_batch
@@ -253,6 +253,37 @@ def test_two_writers_in_threads_one_is_busy_or_they_run_in_turn(spark, raw, wh):
     assert_history_consistent(wh)
     assert staged_files(wh) == [] and not (wh / layout.LEASE).exists()
     assert len(commit_log(wh)) == 1 + list(outcomes.values()).count("committed")
+
+
+# -- the commit point, in process ----------------------------------------------------------------------
+def _stage_whole_run(wh: Path, txn) -> dict:
+    """What a run has staged when it reaches its commit: the four outputs (tiny stand-ins) and a manifest."""
+    staging = wh / layout.STAGING / txn.batch_id / txn.run_id
+    for name in layout.OUTPUTS:
+        (staging / name).mkdir(parents=True)
+        (staging / name / "_SUCCESS").write_text("")
+    return {"batch_id": txn.batch_id, "run_id": txn.run_id,
+            "parent": {"batch_id": txn.parent, "snapshot_fingerprint": manifest(wh, T00)["snapshot_fingerprint"]}}
+
+
+@pytest.mark.parametrize("meanwhile,reason", [
+    # another writer took the next log entry (whatever its lease said): the atomic check
+    (lambda wh: (wh / layout.COMMITS / f"{2:020d}.json").write_text(
+        json.dumps({"seq": 2, "batch_id": T01, "run_id": "other", "parent": T00, "invalidate": []})),
+     f"batch {T01} \\(run other\\) was committed by another writer after this run started on commit 1"),
+    # a tool that bypasses the log committed a batch between the parent and this one
+    (lambda wh: shutil.copy(wh / "runs" / f"{T00}.json", wh / "runs" / f"{T01}.json"),
+     f"the latest committed batch before it is now {T01}, not {T00}"),
+])
+def test_commit_is_refused_when_the_world_moved_on(spark, wh, meanwhile, reason):
+    warehouse = Warehouse(HadoopFS(spark), str(wh))
+    with pytest.raises(CommitConflict, match=f"commit of batch {T02} refused: {reason}"):
+        with warehouse.writer(T02, "this-run") as txn:
+            staged = _stage_whole_run(wh, txn)
+            meanwhile(wh)
+            warehouse.commit(txn, staged, [])
+    assert not (wh / "runs" / f"{T02}.json").exists()
+    assert staged_files(wh) == [] and not (wh / layout.LEASE).exists()
 
 
 # -- leases, without a second process ---------------------------------------------------------------

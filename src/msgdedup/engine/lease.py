@@ -249,7 +249,8 @@ class Lease:
             self.fs.delete(aside)
             return
         self.fs.delete(aside)
-        log.warning("broke the lease of %s: %s", describe(held), why)
+        # INFO: the run's own console keeps to its one line; the broken lease is not an error.
+        log.info("broke the lease of %s: %s", describe(held), why)
 
     def release(self) -> None:
         self._stop.set()

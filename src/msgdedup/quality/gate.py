@@ -331,7 +331,11 @@ def run_gate(
     try:
         checked = MaterialisedTables(session, checked_tables(session, batch, batch_id))
         with timer.step("import_gx"):
-            # Usually done already (``preload_gx``); otherwise this is where the seconds go.
+            # Usually done already (``preload_gx``); otherwise this is where the seconds go. Wait
+            # for a preload still running: two threads importing GX at once can meet a partially
+            # initialised module (ImportError).
+            if _preloading is not None:
+                _preloading.join()
             from great_expectations.core.run_identifier import RunIdentifier
             from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
         with timer.step("open_context"):
@@ -390,6 +394,9 @@ def run_gate(
     return gate
 
 
+_preloading: threading.Thread | None = None
+
+
 def preload_gx() -> threading.Thread:
     """Import Great Expectations in a background thread and return it.
 
@@ -402,8 +409,10 @@ def preload_gx() -> threading.Thread:
         except Exception:  # noqa: BLE001 - run_gate's own import reports the error properly
             log.debug("background import of great_expectations failed", exc_info=True)
 
+    global _preloading
     thread = threading.Thread(target=load, name="preload-great-expectations", daemon=True)
     thread.start()
+    _preloading = thread
     return thread
 
 
