@@ -274,7 +274,7 @@ def _stage_whole_run(wh: Path, txn) -> dict:
     # a tool that bypasses the log committed a batch between the parent and this one
     (lambda wh: shutil.copy(wh / "runs" / f"{T00}.json", wh / "runs" / f"{T01}.json"),
      f"the latest committed batch before it is now {T01}, not {T00}"),
-])
+], ids=["log_moved_on", "bypassing_tool"])
 def test_commit_is_refused_when_the_world_moved_on(spark, wh, meanwhile, reason):
     warehouse = Warehouse(HadoopFS(spark), str(wh))
     with pytest.raises(CommitConflict, match=f"commit of batch {T02} refused: {reason}"):
@@ -307,7 +307,7 @@ def _lease(**fields) -> dict:
     (lambda: _lease(pid=_dead_pid()), False),  # unexpired, but its process on this host is gone
     (lambda: _lease(run_id="finished-run"), False),  # this process, but no run of it is at work
     (lambda: "{truncated", False),  # torn by a power loss: no holder to wait for
-])
+], ids=["live_elsewhere", "live_here", "expired", "dead_here", "finished_run_here", "torn"])
 def test_a_live_lease_is_never_broken_a_dead_one_is(spark, raw, wh, make_holder, busy):
     holder = make_holder()
     (wh / layout.LEASE).write_text(holder if isinstance(holder, str) else json.dumps(holder))
@@ -334,7 +334,7 @@ def test_recovery_discards_only_runs_of_writers_that_are_gone(spark, raw, wh):
 
 
 # -- a torn commit record ------------------------------------------------------------------------------
-@pytest.mark.parametrize("torn", ["", '{"seq": 2, "batch_id": "2026-11-21T0'])
+@pytest.mark.parametrize("torn", ["", '{"seq": 2, "batch_id": "2026-11-21T0'], ids=["empty", "truncated"])
 def test_a_torn_commit_entry_is_not_committed_and_does_not_block_later_runs(spark, raw, wh, caplog, torn):
     """A power loss that empties or truncates the entry of a crashed run: that run is not committed,
     the next run says so in one log line and commits after it."""
