@@ -74,7 +74,7 @@ def test_data_docs_list_every_gated_batch(spark, warehouse):
     assert first.success and second.success
     index = Path(second.data_docs_path).read_text()
     for result in (first, second):
-        pages = {e.data_docs_page for e in result.expectations}
+        pages = {e.data_docs_page for e in result.expectations if e.suite != "lineage"}  # lineage: not GX
         assert len(pages) == 5 and all(Path(page).is_file() for page in pages)
         for page in pages:
             relative = Path(page).relative_to(Path(second.data_docs_path).parent).as_posix()
