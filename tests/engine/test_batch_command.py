@@ -71,7 +71,7 @@ def test_user_errors_before_spark_starts(tmp_path, args, fragment):
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text('address_settings:\n  "#": {id_cache: 5}\n')
     base = {"--input": str(tmp_path), "--warehouse": str(tmp_path / "wh"), "--batch-id": H5}
-    for flag, value in zip(args[::2], args[1::2]):
+    for flag, value in zip(args[::2], args[1::2], strict=True):
         base[flag] = value.format(cfg=cfg)
     code, out, err = run_command(*[x for kv in base.items() for x in kv])
     _assert_one_line_error(code, out + err, 2, fragment)

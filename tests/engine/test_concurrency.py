@@ -110,7 +110,7 @@ def parent(wh: Path, batch_id: str) -> str | None:
 def assert_history_consistent(wh: Path) -> None:
     """Every committed batch was built on the committed batch just before it, on its snapshot."""
     committed = sorted(p.name[:-len(".json")] for p in (wh / "runs").glob("*.json") if ".stale." not in p.name)
-    for previous, batch_id in zip([None, *committed], committed):
+    for previous, batch_id in zip([None, *committed[:-1]], committed, strict=True):
         recorded = manifest(wh, batch_id)["parent"]
         assert (recorded or {}).get("batch_id") == previous, (batch_id, recorded)
         if previous is not None:

@@ -103,7 +103,8 @@ def test_injected_duplicate_delivery_fails_the_window_expectation(spark, warehou
     assert SHARED_SEQ in failed(result)
     shared = outcome(result, "key_window", "shared_cache_seq")
     assert sorted(r["message_id"] for r in shared.sample_rows) == ["m9", "m9-dup"]
-    assert all(r["shared_cache_seq"].startswith("orders.eu cache_seq 7 is used by 2 deliveries (message_id m9 to m9-dup)")
+    assert all(r["shared_cache_seq"].startswith(
+        "orders.eu cache_seq 7 is used by 2 deliveries (message_id m9 to m9-dup)")
                for r in shared.sample_rows)
     assert failed(result) == {WINDOW, SHARED_SEQ, ("accounting", "expect_column_pair_values_to_be_equal",
                                                    "declared,actual")}

@@ -284,7 +284,7 @@ class Lease:
                 raise LeaseLost(self.lost)
             held = self.read()
             if held is None or held.get("run_id") != self.run_id:
-                self.lost = (f"this run lost the warehouse lease"
+                self.lost = ("this run lost the warehouse lease"
                              + (f" to {describe(held)}" if held and "unreadable" not in held else ""))
                 raise LeaseLost(self.lost)
             expires = _expires(held)

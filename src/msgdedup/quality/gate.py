@@ -231,7 +231,8 @@ def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str) -> d
         "messages": lambda: tables.messages(batch.delivered, batch.dropped),
         "key_window": lambda: tables.key_window(batch.delivered, batch.parent_id_cache, sizes, batch_id),
         "transactions": lambda: tables.transactions(batch.delivered, batch.dropped),
-        "accounting": lambda: tables.accounting(spark, batch.manifest, batch.delivered, batch.dropped, batch.quarantine),
+        "accounting": lambda: tables.accounting(spark, batch.manifest, batch.delivered, batch.dropped,
+                                                batch.quarantine),
         "id_cache": lambda: tables.id_cache_occupancy(batch.id_cache, sizes),
     }
 
