@@ -9,7 +9,10 @@ A warehouse root holds::
     quality/data_docs/                the Data Docs site of every gate run
     published/<ID>.json               write-audit-publish record (the gate passed for that run)
     _staging/<ID>/<run_id>/           a run's outputs before its commit (engine/warehouse.py)
-    _WRITER.json                      the lease of the one writer at work (engine/warehouse.py)
+    _staging/<ID>/<run_id>/_OWNER.json  who writes that run (engine/lease.py: recovery leaves live runs alone)
+    _commits/<seq>.json               the commit log: entry <seq> is created exclusively, and that creation
+                                      is a run's commit point (engine/warehouse.py)
+    _WRITER.json                      the lease of the one writer at work (engine/lease.py)
 
 Roots and results are plain strings joined with ``/``, so the same functions serve Hadoop URIs
 (``file:/…``, ``hdfs://…``, used by the Spark apps) and local paths (used by the Airflow side,
@@ -28,14 +31,17 @@ QUALITY = "quality"
 DATA_DOCS = "data_docs"
 PUBLISHED = "published"
 STAGING = "_staging"
+TRASH = "_trash"  # _staging/_trash-<random>: a discarded run, renamed out of sight, then deleted
+COMMITS = "_commits"
 LEASE = "_WRITER.json"
 
 MANIFEST_SUFFIX = ".json"
 STALE_SUFFIX = ".stale.json"
-# Inside a run's staging directory: the manifest to publish, and the intent whose atomic creation
-# is the run's commit point.
+# Inside a run's staging directory: the manifest to publish, and who owns the run.
 STAGED_MANIFEST = "manifest.json"
-INTENT = "_COMMITTING.json"
+OWNER = "_OWNER.json"
+# Commit log entries are named by their sequence number, zero-padded so names sort in commit order.
+COMMIT_ENTRY = re.compile(r"\A(\d{20})\.json\Z")
 
 
 def _join(root: str | os.PathLike, *parts: str) -> str:
@@ -84,6 +90,32 @@ def published(root: str | os.PathLike, batch_id: str) -> str:
 def staging_dir(root: str | os.PathLike, batch_id: str | None = None, run_id: str | None = None) -> str:
     parts = [p for p in (batch_id, run_id) if p is not None]
     return _join(root, STAGING, *parts)
+
+
+def staging_trash(root: str | os.PathLike) -> str:
+    """The prefix of the names discarded runs get (``-<random>`` is appended) before deletion."""
+    return _join(root, STAGING, TRASH)
+
+
+def staging_owner(root: str | os.PathLike, batch_id: str, run_id: str) -> str:
+    return _join(root, STAGING, batch_id, run_id, OWNER)
+
+
+def commit_log_dir(root: str | os.PathLike) -> str:
+    return _join(root, COMMITS)
+
+
+def commit_entry(root: str | os.PathLike, seq: int) -> str:
+    """The commit log's entry number ``seq`` (1, 2, ...)."""
+    if seq < 1:
+        raise ValueError(f"commit log entries start at 1, not {seq}")
+    return _join(root, COMMITS, f"{seq:020d}.json")
+
+
+def seq_of_commit_entry(file_name: str) -> int | None:
+    """The sequence number of a file name in ``_commits/``, or None for anything else (temporaries)."""
+    match = COMMIT_ENTRY.match(file_name)
+    return int(match.group(1)) if match else None
 
 
 def lease(root: str | os.PathLike) -> str:

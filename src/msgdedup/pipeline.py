@@ -25,7 +25,8 @@ from msgdedup import exit_codes
 from msgdedup.config import load_settings
 from msgdedup.engine import batch
 from msgdedup.layout import validate_batch_id
-from msgdedup.quality import GateResult, GateSettings, hadoop_io, run_gate
+from msgdedup.engine.filesystem import HadoopFS
+from msgdedup.quality import GateResult, GateSettings, run_gate
 from msgdedup.quality.gate import USER_ERRORS as GATE_USER_ERRORS
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ def recorded_seconds(document: dict | None) -> float | None:
 def _gate_document(spark: SparkSession, result: GateResult) -> dict | None:
     """The gate's result.json as written: its recorded timings are not on GateResult."""
     try:
-        text = hadoop_io.read_text(spark, result.result_path)
+        text = HadoopFS(spark).read_text(result.result_path, missing_ok=True)
         return json.loads(text) if text else None
     except Exception:  # noqa: BLE001 - timings are informative; never fail a gated batch over them
         log.warning("could not read %s for its timings", result.result_path, exc_info=True)

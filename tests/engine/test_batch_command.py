@@ -3,11 +3,13 @@ safety: killed at each step of a run, a re-run leaves exactly the outputs of one
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import subprocess
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -69,7 +71,7 @@ def test_user_errors_before_spark_starts(tmp_path, args, fragment):
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text('address_settings:\n  "#": {id_cache: 5}\n')
     base = {"--input": str(tmp_path), "--warehouse": str(tmp_path / "wh"), "--batch-id": H5}
-    for flag, value in zip(args[::2], args[1::2]):
+    for flag, value in zip(args[::2], args[1::2], strict=True):
         base[flag] = value.format(cfg=cfg)
     code, out, err = run_command(*[x for kv in base.items() for x in kv])
     _assert_one_line_error(code, out + err, 2, fragment)
@@ -163,6 +165,13 @@ def test_sigkill_during_writing(spark, clean_run, tmp_path):
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     assert not (wh / "runs" / f"{H6}.json").exists()
+    # The killed writer's lease is still there, unexpired: the next run on this host breaks it
+    # because its process is gone, without waiting for it to expire.
+    held = json.loads((wh / "_WRITER.json").read_text())
+    assert held["batch_id"] == H6 and held["pid"] != os.getpid()
+    assert datetime.fromisoformat(held["expires_at"]) > datetime.now(timezone.utc)
     run_batch(spark, str(root / "r6"), str(wh), H6, settings)
     assert outcome_view(wh, H6) == expected[H6]
     assert outcome_view(wh, H5) == expected[H5]
+    assert not (wh / "_WRITER.json").exists()
+    assert not (wh / "_staging").exists() or not list((wh / "_staging").iterdir())

@@ -54,7 +54,7 @@ def test_correct_batch_passes_and_writes_summary_and_data_docs(spark, warehouse)
     summary = json.loads((warehouse / "quality" / "B2" / "result.json").read_text())
     assert summary["batch_id"] == "B2" and summary["run_id"] == "run-B2" and summary["success"] is True
     assert {e["suite"] for e in summary["expectations"]} == {
-        "messages", "key_window", "transactions", "accounting", "id_cache"}
+        "lineage", "messages", "key_window", "transactions", "accounting", "id_cache"}
     assert all(e["success"] and e["sample_rows"] == [] for e in summary["expectations"])
     assert summary["data_docs_path"] == f"{warehouse}/quality/data_docs/index.html"
     assert Path(summary["data_docs_path"]).is_file()
@@ -74,7 +74,7 @@ def test_data_docs_list_every_gated_batch(spark, warehouse):
     assert first.success and second.success
     index = Path(second.data_docs_path).read_text()
     for result in (first, second):
-        pages = {e.data_docs_page for e in result.expectations}
+        pages = {e.data_docs_page for e in result.expectations if e.suite != "lineage"}  # lineage: not GX
         assert len(pages) == 5 and all(Path(page).is_file() for page in pages)
         for page in pages:
             relative = Path(page).relative_to(Path(second.data_docs_path).parent).as_posix()
@@ -103,7 +103,8 @@ def test_injected_duplicate_delivery_fails_the_window_expectation(spark, warehou
     assert SHARED_SEQ in failed(result)
     shared = outcome(result, "key_window", "shared_cache_seq")
     assert sorted(r["message_id"] for r in shared.sample_rows) == ["m9", "m9-dup"]
-    assert all(r["shared_cache_seq"].startswith("orders.eu cache_seq 7 is used by 2 deliveries (message_id m9 to m9-dup)")
+    assert all(r["shared_cache_seq"].startswith(
+        "orders.eu cache_seq 7 is used by 2 deliveries (message_id m9 to m9-dup)")
                for r in shared.sample_rows)
     assert failed(result) == {WINDOW, SHARED_SEQ, ("accounting", "expect_column_pair_values_to_be_equal",
                                                    "declared,actual")}
@@ -257,3 +258,35 @@ def test_command_exit_codes_for_user_errors(spark, warehouse, capsys):
     bad_config.write_text("address_settings: {'#': {id_cache_size: -1}}\n")
     assert main(["--warehouse", str(warehouse), "--batch-id", "B2", "--config", str(bad_config)]) == EXIT_USER_ERROR
     assert "id_cache_size must be >= 0" in capsys.readouterr().err
+
+
+LINEAGE = ("lineage", "expect_parent_to_be_latest_committed_batch", "parent")
+
+
+def test_batch_built_on_a_parent_that_is_not_the_latest_fails_the_gate(spark, warehouse):
+    """Another tool committed B1x between B1 and B2 after B2 was built on B1 (issue 9's lost batch)."""
+    shutil.copytree(warehouse / "id_cache" / "batch_id=B1", warehouse / "id_cache" / "batch_id=B1x")
+    b1x = json.loads((warehouse / "runs" / "B1.json").read_text())
+    b1x.update(batch_id="B1x", run_id="run-B1x", parent={"batch_id": "B1", "snapshot_fingerprint": "x"})
+    (warehouse / "runs" / "B1x.json").write_text(json.dumps(b1x))
+    for name in ("delivered", "dropped", "quarantine"):
+        shutil.copytree(warehouse / name / "batch_id=B1", warehouse / name / "batch_id=B1x")
+    result = run_gate(spark, str(warehouse), "B2", GateSettings())
+    assert not result.success
+    assert failed(result) == {LINEAGE}
+    summary = json.loads((warehouse / "quality" / "B2" / "result.json").read_text())
+    assert summary["success"] is False
+    (check,) = [e for e in summary["expectations"] if e["suite"] == "lineage"]
+    assert check["observed"]["recorded_parent"] == "B1" and check["observed"]["latest_committed_before"] == "B1x"
+    assert "the latest committed batch before it is B1x" in check["observed"]["observed_value"]
+    assert "lineage.expect_parent_to_be_latest_committed_batch(parent)" in result.summary_line()
+
+
+def test_batch_built_on_another_snapshot_of_its_parent_fails_the_gate(spark, warehouse):
+    """B1 re-committed (another ID cache) after B2 was built on it, behind the engine's back."""
+    b1 = json.loads((warehouse / "runs" / "B1.json").read_text())
+    b1["snapshot_fingerprint"] = "re-committed"
+    (warehouse / "runs" / "B1.json").write_text(json.dumps(b1))
+    result = run_gate(spark, str(warehouse), "B2", GateSettings())
+    assert failed(result) == {LINEAGE}
+    assert "B1 was re-committed after B2" in outcome(result, "lineage", "parent").observed["observed_value"]

@@ -22,7 +22,8 @@ from msgdedup.config import AddressSettings, ConfigError, load_settings
 from msgdedup.engine import kernel, manifest as manifests, parsing, transforms
 from msgdedup.engine.filesystem import HadoopFS
 from msgdedup.engine.reading import InputError, list_input_files, read_lines
-from msgdedup.engine.warehouse import Warehouse, failpoint
+from msgdedup.engine.lease import WarehouseBusy
+from msgdedup.engine.warehouse import CommitConflict, Transaction, Warehouse, failpoint
 from msgdedup.layout import BatchIdError, validate_batch_id
 
 PROG = "dedup_batch"
@@ -57,18 +58,27 @@ def _write(frame: DataFrame, path: str) -> DataFrame:
 
 def run_batch(spark: SparkSession, input_path: str, warehouse_root: str, batch_id: str,
               settings: AddressSettings | None = None, invalidate_later: bool = False) -> dict:
-    """Dedup one raw batch into the warehouse and commit it; returns the manifest."""
+    """Dedup one raw batch into the warehouse and commit it; returns the manifest.
+
+    Raises WarehouseBusy at once if another writer holds the warehouse, CommitConflict if another
+    writer committed while this run worked (nothing is committed then).
+    """
     settings = settings or AddressSettings()
     validate_batch_id(batch_id)
     timer = _Timer()
     fs = HadoopFS(spark)
     warehouse = Warehouse(fs, warehouse_root)
-    warehouse.recover()
-
-    files = list_input_files(fs, input_path)
-    parent = warehouse.parent_of(batch_id)
-    parent_manifest = warehouse.read_manifest(parent) if parent else None
     run_id = uuid.uuid4().hex
+    with warehouse.writer(batch_id, run_id) as txn:
+        return _dedup_and_commit(spark, fs, warehouse, txn, input_path, settings, invalidate_later, timer)
+
+
+def _dedup_and_commit(spark: SparkSession, fs: HadoopFS, warehouse: Warehouse, txn: Transaction,
+                      input_path: str, settings: AddressSettings, invalidate_later: bool, timer: _Timer) -> dict:
+    batch_id, run_id = txn.batch_id, txn.run_id
+    files = list_input_files(fs, input_path)
+    parent = txn.parent
+    parent_manifest = warehouse.read_manifest(parent) if parent else None
     staging = warehouse.staging_dir(batch_id, run_id)
     timer.lap("plan")
 
@@ -136,7 +146,7 @@ def run_batch(spark: SparkSession, input_path: str, warehouse_root: str, batch_i
         caches[row["cache"]]["entries"] = row["entries"]
         digests[row["cache"]] = row["digest"]
     fingerprint = manifests.snapshot_fingerprint(caches, digests)
-    invalidate = _check_history(warehouse, batch_id, fingerprint, invalidate_later, run_id)
+    invalidate = _check_history(warehouse, txn, fingerprint, invalidate_later)
     for frame in kept:
         frame.unpersist()
     fs.delete(f"{staging}/_work")
@@ -158,7 +168,7 @@ def run_batch(spark: SparkSession, input_path: str, warehouse_root: str, batch_i
         "invalidated": invalidate,
         "timings": timer.total(),
     }
-    warehouse.commit(batch_id, run_id, manifest, invalidate)
+    warehouse.commit(txn, manifest, invalidate)
     return manifest
 
 
@@ -250,10 +260,11 @@ def _floors(spark: SparkSession, caches: dict[str, dict]) -> DataFrame:
                                  "cache string, floor long")
 
 
-def _check_history(warehouse: Warehouse, batch_id: str, fingerprint: str,
-                   invalidate_later: bool, run_id: str) -> list[str]:
-    """Later committed batches stand only if the cache state they started from is unchanged."""
-    later = warehouse.later_than(batch_id)
+def _check_history(warehouse: Warehouse, txn: Transaction, fingerprint: str, invalidate_later: bool) -> list[str]:
+    """Later committed batches stand only if the cache state they started from is unchanged.
+
+    ``txn.later`` is the history as the run found it; the commit refuses if it changed since."""
+    batch_id, later = txn.batch_id, txn.later
     if not later:
         return []
     recorded = (warehouse.read_manifest(later[0]).get("parent") or {}).get("snapshot_fingerprint")
@@ -261,7 +272,6 @@ def _check_history(warehouse: Warehouse, batch_id: str, fingerprint: str,
         return []
     if invalidate_later:
         return later
-    warehouse.discard(batch_id, run_id)
     raise StaleHistoryError(
         f"batch {batch_id} is older than committed batch(es) {', '.join(later)} and changes the "
         f"ID cache they were built on; nothing was committed. Re-run with --invalidate-later to "
@@ -283,16 +293,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-USER_ERRORS = (ConfigError, InputError, BatchIdError, StaleHistoryError)
+USER_ERRORS = (ConfigError, InputError, BatchIdError, StaleHistoryError, CommitConflict)
 
 
 def exit_code(error: BaseException) -> int:
-    """What the user can fix (Spark's AnalysisException too: an unreadable input), else internal.
+    """What the user can fix (Spark's AnalysisException too: an unreadable input), a busy warehouse
+    (retry later), else internal.
 
     Shared with ``msgdedup.pipeline`` so the DAG's app and this CLI never disagree on a code.
     """
     from pyspark.errors import AnalysisException
 
+    if isinstance(error, WarehouseBusy):
+        return exit_codes.WAREHOUSE_BUSY
     if isinstance(error, (*USER_ERRORS, AnalysisException)):
         return exit_codes.USER_ERROR
     return exit_codes.INTERNAL_ERROR
@@ -339,6 +352,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def report_error(error: BaseException, code: int) -> int:
     message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    kind = "error" if code == exit_codes.USER_ERROR else f"internal error ({type(error).__name__})"
+    kind = f"internal error ({type(error).__name__})" if code == exit_codes.INTERNAL_ERROR else "error"
     print(f"{PROG}: {kind}: {message}", file=sys.stderr)
     return code

@@ -38,7 +38,8 @@ from urllib.parse import unquote, urlparse
 from pyspark.sql import DataFrame, SparkSession
 
 from msgdedup import exit_codes, layout
-from msgdedup.quality import hadoop_io, tables
+from msgdedup.engine.filesystem import HadoopFS, local_directory
+from msgdedup.quality import tables
 from msgdedup.quality.checks import CHECKED_TABLES, DATA_DOCS_SITE
 from msgdedup.quality.materialise import MaterialisedTables, gate_session
 from msgdedup.quality.project import default_project_dir, open_context
@@ -141,7 +142,7 @@ def read_manifest(spark: SparkSession, warehouse: str, batch_id: str) -> dict:
     """The committed batch's manifest; a missing one means "not committed" (a user error)."""
     if not layout.is_batch_id(batch_id):
         raise GateInputError(f"bad batch id {batch_id!r}")
-    text = hadoop_io.read_text(spark, layout.manifest(warehouse, batch_id))
+    text = HadoopFS(spark).read_text(layout.manifest(warehouse, batch_id), missing_ok=True)
     if text is None:
         raise GateInputError(f"batch {batch_id} is not committed in {warehouse} (no runs/{batch_id}.json)")
     try:
@@ -154,7 +155,7 @@ def read_manifest(spark: SparkSession, warehouse: str, batch_id: str) -> dict:
 
 
 def _read_output(spark: SparkSession, path: str, what: str) -> DataFrame:
-    if not hadoop_io.exists(spark, path):
+    if not HadoopFS(spark).exists(path):
         raise GateInputError(f"{what} output missing: {path}")
     return spark.read.parquet(path)
 
@@ -178,12 +179,49 @@ def read_batch(spark: SparkSession, warehouse: str, batch_id: str) -> BatchOutpu
     parent = (manifest.get("parent") or {}).get("batch_id")
     if parent:
         parent_path = layout.output_dir(warehouse, "id_cache", parent)
-        if not hadoop_io.exists(spark, parent_path):
+        if not HadoopFS(spark).exists(parent_path):
             raise GateInputError(f"parent batch {parent}'s id_cache snapshot is missing: {parent_path}")
         parent_id_cache = spark.read.parquet(parent_path)
     else:
         parent_id_cache = outputs["id_cache"].limit(0)
     return BatchOutputs(manifest=manifest, parent_id_cache=parent_id_cache, **outputs)
+
+
+LINEAGE_SUITE = "lineage"
+LINEAGE_EXPECTATION = "expect_parent_to_be_latest_committed_batch"
+
+
+def lineage(spark: SparkSession, warehouse: str, batch_id: str, manifest: dict) -> ExpectationOutcome:
+    """The recorded parent must be the latest committed batch before this one, with the snapshot
+    fingerprint that batch's manifest records.
+
+    The engine refuses to commit on a stale parent, but a warehouse can be changed by other tools
+    (a copy, an older engine, a hand-made repair). A batch built on the wrong ID cache lets
+    duplicates through that no check of its own rows can see, so the gate looks at the history too.
+    """
+    from msgdedup.engine.warehouse import Warehouse
+
+    history = Warehouse(HadoopFS(spark), warehouse)
+    earlier = [b for b in history.committed_batches() if b < batch_id]
+    latest = earlier[-1] if earlier else None
+    recorded = manifest.get("parent") or {}
+    recorded_parent = recorded.get("batch_id")
+    observed: dict[str, Any] = {"recorded_parent": recorded_parent, "latest_committed_before": latest}
+    reason = None
+    if recorded_parent != latest:
+        reason = (f"batch {batch_id} was built on {recorded_parent or 'no parent'}, but the latest committed "
+                  f"batch before it is {latest or 'none'}: its ID cache misses that batch's keys, so "
+                  f"duplicates may have been delivered; re-run {batch_id} (and the batches after it)")
+    elif latest is not None:
+        fingerprint = history.read_manifest(latest).get("snapshot_fingerprint")
+        observed.update(recorded_fingerprint=recorded.get("snapshot_fingerprint"), parent_fingerprint=fingerprint)
+        if fingerprint != recorded.get("snapshot_fingerprint"):
+            reason = (f"batch {batch_id} was built on a snapshot of {latest} other than the committed one "
+                      f"(fingerprint {recorded.get('snapshot_fingerprint')} recorded, {fingerprint} committed): "
+                      f"{latest} was re-committed after {batch_id}; re-run {batch_id}")
+    observed["observed_value"] = reason or f"parent {recorded_parent or 'none'} is the latest committed batch before it"
+    return ExpectationOutcome(suite=LINEAGE_SUITE, expectation=LINEAGE_EXPECTATION, success=reason is None,
+                              observed=observed, sample_rows=[], kwargs={"column": "parent"})
 
 
 def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str) -> dict[str, Callable[[], DataFrame]]:
@@ -193,7 +231,8 @@ def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str) -> d
         "messages": lambda: tables.messages(batch.delivered, batch.dropped),
         "key_window": lambda: tables.key_window(batch.delivered, batch.parent_id_cache, sizes, batch_id),
         "transactions": lambda: tables.transactions(batch.delivered, batch.dropped),
-        "accounting": lambda: tables.accounting(spark, batch.manifest, batch.delivered, batch.dropped, batch.quarantine),
+        "accounting": lambda: tables.accounting(spark, batch.manifest, batch.delivered, batch.dropped,
+                                                batch.quarantine),
         "id_cache": lambda: tables.id_cache_occupancy(batch.id_cache, sizes),
     }
 
@@ -279,8 +318,9 @@ def run_gate(
     session = gate_session(spark)
     with timer.step("read"):
         batch = read_batch(session, warehouse, batch_id)
+        parent_check = lineage(session, warehouse, batch_id, batch.manifest)
     quality_dir = (settings.quality_dir or layout.quality_dir(warehouse)).rstrip("/")
-    local_quality = hadoop_io.local_directory(quality_dir)
+    local_quality = local_directory(quality_dir)
     if local_quality is not None:
         # GX resolves relative store paths against the project directory, not the cwd.
         local_quality = quality_dir = os.path.abspath(local_quality)
@@ -292,7 +332,11 @@ def run_gate(
     try:
         checked = MaterialisedTables(session, checked_tables(session, batch, batch_id))
         with timer.step("import_gx"):
-            # Usually done already (``preload_gx``); otherwise this is where the seconds go.
+            # Usually done already (``preload_gx``); otherwise this is where the seconds go. Wait
+            # for a preload still running: two threads importing GX at once can meet a partially
+            # initialised module (ImportError).
+            if _preloading is not None:
+                _preloading.join()
             from great_expectations.core.run_identifier import RunIdentifier
             from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
         with timer.step("open_context"):
@@ -326,7 +370,7 @@ def run_gate(
             resource_identifiers=[identifier for _, identifier, _ in validated]
             + [ExpectationSuiteIdentifier(name=name) for name in dict.fromkeys(name for name, _, _ in validated)],
         )
-        outcomes: list[ExpectationOutcome] = []
+        outcomes: list[ExpectationOutcome] = [parent_check]
         for name, identifier, validation in validated:
             urls = context.get_docs_sites_urls(resource_identifier=identifier, site_name=DATA_DOCS_SITE)
             page = _local_url_to_path(urls[0]["site_url"]) if urls else None
@@ -334,7 +378,7 @@ def run_gate(
                 page = layout.data_docs_dir(quality_dir) + page[len(layout.data_docs_dir(scratch)):]
             outcomes.extend(_outcomes(name, validation, page))
         if scratch is not None:
-            _copy_to_hadoop(spark, layout.data_docs_dir(scratch), layout.data_docs_dir(quality_dir))
+            HadoopFS(spark).copy_from_local(layout.data_docs_dir(scratch), layout.data_docs_dir(quality_dir))
             shutil.rmtree(scratch, ignore_errors=True)
 
     gate = GateResult(
@@ -347,8 +391,11 @@ def run_gate(
         checked_at=now.isoformat(),
     )
     gate.timings = timer.as_dict()
-    hadoop_io.write_text(spark, gate.result_path, json.dumps(gate.to_dict(), indent=2, sort_keys=False) + "\n")
+    HadoopFS(spark).write_text_atomic(gate.result_path, json.dumps(gate.to_dict(), indent=2, sort_keys=False) + "\n")
     return gate
+
+
+_preloading: threading.Thread | None = None
 
 
 def preload_gx() -> threading.Thread:
@@ -363,20 +410,11 @@ def preload_gx() -> threading.Thread:
         except Exception:  # noqa: BLE001 - run_gate's own import reports the error properly
             log.debug("background import of great_expectations failed", exc_info=True)
 
+    global _preloading
     thread = threading.Thread(target=load, name="preload-great-expectations", daemon=True)
     thread.start()
+    _preloading = thread
     return thread
-
-
-def _copy_to_hadoop(spark: SparkSession, local_dir: str, target: str) -> None:
-    jvm = spark.sparkContext._jvm
-    destination = jvm.org.apache.hadoop.fs.Path(target)
-    fs = destination.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    for path in Path(local_dir).rglob("*"):
-        if path.is_file():
-            relative = path.relative_to(local_dir).as_posix()
-            fs.copyFromLocalFile(False, True, jvm.org.apache.hadoop.fs.Path(str(path)),
-                                 jvm.org.apache.hadoop.fs.Path(f"{target}/{relative}"))
 
 
 def main(argv: list[str] | None = None) -> int:
