@@ -100,17 +100,25 @@ class BatchResult:
         return {name: cache.last_seq for name, cache in self.caches.items()}
 
 
+class MustWait(Exception):
+    """§5: stale batches are re-run in order, so a batch after a stale one waits for it."""
+
+
 class ReferenceModel:
     """Runs batches one after another, keeping every committed batch's cache snapshot."""
 
     def __init__(self) -> None:
         self.committed: dict[str, BatchResult] = {}
+        self.stale: set[str] = set()
 
     def parent_of(self, batch_id: str) -> str | None:
         earlier = [b for b in self.committed if b < batch_id]
         return max(earlier) if earlier else None
 
     def run_batch(self, batch_id: str, lines: list[RawLine], settings: AddressSettings) -> BatchResult:
+        waiting_on = sorted(b for b in self.stale if b < batch_id)
+        if waiting_on:
+            raise MustWait(f"{batch_id} comes after stale {waiting_on}")
         parent = self.parent_of(batch_id)
         caches = {}
         if parent is not None:
@@ -127,6 +135,8 @@ class ReferenceModel:
         if later and self.committed[later[0]].started_from != _state(result.caches):
             for stale in later:
                 del self.committed[stale]
+                self.stale.add(stale)
+        self.stale.discard(batch_id)
         self.committed[batch_id] = result
         return result
 

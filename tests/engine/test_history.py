@@ -7,7 +7,9 @@ import pytest
 from msgdedup.config import parse_settings
 from msgdedup.engine.batch import StaleHistoryError, run_batch
 from msgdedup.engine.filesystem import HadoopFS
+from msgdedup.engine.lease import WarehouseBusy
 from msgdedup.engine.warehouse import Warehouse
+from msgdedup.layout import BatchIdError
 
 from tests.engine.support import manifest, message, outcome_view, read_output, write_batch
 
@@ -69,6 +71,10 @@ def test_invalidate_later_marks_later_batches_stale_until_rerun(spark, three_bat
               parse_settings({"address_settings": {"#": {"id_cache_size": 1}}}), invalidate_later=True)
     assert _committed(spark, wh) == [H5]
     assert (wh / "runs" / f"{H6}.stale.json").exists() and (wh / "runs" / f"{H7}.stale.json").exists()
+    # H7 waits while H6, before it, is stale: built on H5 now, it would skip H6's keys
+    with pytest.raises(WarehouseBusy, match=f"earlier batch\\(es\\) {H6} are stale"):
+        run_batch(spark, str(root / "r7"), str(wh), H7, parse_settings(None))
+    assert (wh / "runs" / f"{H7}.stale.json").exists()
     run_batch(spark, str(root / "r6"), str(wh), H6, parse_settings(None))
     run_batch(spark, str(root / "r7"), str(wh), H7, parse_settings(None))
     assert _committed(spark, wh) == [H5, H6, H7]
@@ -100,3 +106,13 @@ def test_shrinking_cache_keeps_the_newest_entries(spark, tmp_path):
     assert [(r["message_id"], r["duplicate_of"]) for r in read_output(tmp_path / "wh", "dropped", H6)] == [("n5", "m4")]
     info = manifest(tmp_path / "wh", H6)["caches"]["a"]
     assert (info["id_cache_size"], info["entries"], info["last_seq"]) == (2, 2, 7)
+
+
+def test_a_warehouse_of_hourly_batches_refuses_other_ids(spark, tmp_path):
+    """``zz`` sorts after every hour: committed, it would make every later hourly run stale."""
+    write_batch(tmp_path / "r5", {"a.jsonl": [message("m1", key="x")]})
+    run_batch(spark, str(tmp_path / "r5"), str(tmp_path / "wh"), H5)
+    with pytest.raises(BatchIdError, match="holds hourly batch ids YYYY-MM-DDTHH"):
+        run_batch(spark, str(tmp_path / "r5"), str(tmp_path / "wh"), "zz")
+    assert _committed(spark, tmp_path / "wh") == [H5]
+    assert not any((tmp_path / "wh" / "_staging").iterdir())

@@ -115,10 +115,14 @@ class Warehouse:
         return layout.staging_dir(self.root, batch_id, run_id)
 
     # -- history --------------------------------------------------------------------------------
-    def committed_batches(self) -> list[str]:
+    def _manifests(self) -> list[tuple[str, bool]]:
+        """(batch id, stale) of every manifest in ``runs/``, sorted."""
         found = (layout.batch_id_of_manifest(f.name) for f in self.fs.list(layout.runs_dir(self.root))
                  if not f.is_dir)
-        return sorted(batch_id for batch_id, stale in filter(None, found) if not stale)
+        return sorted(filter(None, found))
+
+    def committed_batches(self) -> list[str]:
+        return [batch_id for batch_id, stale in self._manifests() if not stale]
 
     def read_manifest(self, batch_id: str) -> dict:
         return json.loads(self.fs.read_text(self.manifest_path(batch_id)))
@@ -171,11 +175,12 @@ class Warehouse:
             lease.add_owner_path(layout.staging_owner(self.root, batch_id, run_id))
             lease.start_renewing()
             self.recover()
-            txn = self._begin(batch_id, run_id, lease)
+            txn = None
             try:
+                txn = self._begin(batch_id, run_id, lease)
                 yield txn
             except BaseException:
-                if not txn.decided:
+                if txn is None or not txn.decided:
                     self.discard(batch_id, run_id)  # a refused or failed run leaves nothing behind
                 raise
         finally:
@@ -190,8 +195,21 @@ class Warehouse:
             raise WarehouseBusy(
                 f"warehouse {self.root} is busy: batch {entry['batch_id']} (run {entry['run_id']}) "
                 f"is being published by {describe(entry.get('writer') or {})}; retry later")
+        self._check_place_in_history(batch_id)
         return Transaction(batch_id=batch_id, run_id=run_id, lease=lease, base=base,
                            parent=self.parent_of(batch_id), later=self.later_than(batch_id))
+
+    def _check_place_in_history(self, batch_id: str) -> None:
+        """The batch must sort among the warehouse's ids (one format), and no batch before it may
+        be stale: built on the stale batches' predecessor it would skip their keys, and re-running
+        them afterwards would find it built on a history that changed (StaleHistoryError)."""
+        manifests = self._manifests()
+        layout.check_batch_id_format(batch_id, [b for b, _ in manifests])
+        stale_before = [b for b, stale in manifests if stale and b < batch_id]
+        if stale_before:
+            raise WarehouseBusy(
+                f"batch {batch_id} must wait: earlier batch(es) {', '.join(stale_before)} are stale "
+                f"(an older batch was reprocessed) and must be re-run first, in order; retry after them")
 
     # -- commit protocol ------------------------------------------------------------------------
     def commit(self, txn: Transaction, manifest: dict, invalidate: list[str]) -> None:
