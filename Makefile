@@ -13,7 +13,7 @@ export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(VENV)/bin/python
 TEST_PREREQS :=
 -include mk/*.mk
 
-.PHONY: setup test clean help
+.PHONY: setup test lint clean help
 .DEFAULT_GOAL := help
 
 help:
@@ -38,8 +38,12 @@ $(VENV)/.synced: uv.lock pyproject.toml | $(UV)
 
 setup: $(VENV)/.synced
 
-test: setup $(TEST_PREREQS)
+test: setup lint $(TEST_PREREQS)
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+# ruff: pyflakes, pycodestyle, bugbear and Airflow's AIR rules (pyproject.toml [tool.ruff]).
+lint: setup
+	$(VENV)/bin/ruff check .
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .pytest_cache

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import time
 from typing import Any
 
@@ -26,8 +25,7 @@ from msgdedup.config import load_settings
 from msgdedup.engine import batch
 from msgdedup.layout import validate_batch_id
 from msgdedup.engine.filesystem import HadoopFS
-from msgdedup.quality import GateResult, GateSettings, run_gate
-from msgdedup.quality.gate import USER_ERRORS as GATE_USER_ERRORS
+from msgdedup.quality import GateResult, GateSettings, gate
 
 log = logging.getLogger(__name__)
 
@@ -71,11 +69,6 @@ def timings_line(batch_id: str, steps: dict[str, Any]) -> str:
             f"gate {s('gate_s')} (gate recorded {s('gate_recorded_s')}), total {s('total_s')}")
 
 
-def _gate_error(code: int, message: str) -> int:
-    print(f"gx_gate: error: {message}", file=sys.stderr)
-    return code
-
-
 def run_steps(spark: SparkSession, args, settings, gate_settings: GateSettings,
               steps: dict[str, Any]) -> int:
     """The two steps, apart from ``main`` so the session is stopped whatever a step raises."""
@@ -90,21 +83,11 @@ def run_steps(spark: SparkSession, args, settings, gate_settings: GateSettings,
     print(batch.summary_line(args.batch_id, manifest), flush=True)
 
     started = time.monotonic()
-    try:
-        result = run_gate(spark, args.warehouse, args.batch_id, gate_settings)
-    except GATE_USER_ERRORS as error:
-        return _gate_error(exit_codes.USER_ERROR, str(error))
-    except Exception as error:  # noqa: BLE001 - as gx_gate.py: anything unexpected is exit 1
-        log.exception("gx_gate failed")
-        return _gate_error(exit_codes.INTERNAL_ERROR,
-                           f"internal error: {type(error).__name__}: {error}".replace("\n", " "))
-    steps["gate_s"] = round(time.monotonic() - started, 3)
-    steps["gate_recorded_s"] = recorded_seconds(_gate_document(spark, result))
-    if result.success:
-        print(f"gx_gate: {result.summary_line()}; data docs: {result.data_docs_path}", flush=True)
-        return exit_codes.OK
-    print(f"gx_gate: {result.summary_line()}", file=sys.stderr, flush=True)
-    return exit_codes.GATE_FAILED
+    code, result = gate.gate_and_report(spark, args.warehouse, args.batch_id, gate_settings)
+    if result is not None:
+        steps["gate_s"] = round(time.monotonic() - started, 3)
+        steps["gate_recorded_s"] = recorded_seconds(_gate_document(spark, result))
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 import uuid
 from datetime import datetime, timezone
 
@@ -25,6 +24,7 @@ from msgdedup.engine.reading import InputError, list_input_files, read_lines
 from msgdedup.engine.lease import WarehouseBusy
 from msgdedup.engine.warehouse import CommitConflict, Transaction, Warehouse, failpoint
 from msgdedup.layout import BatchIdError, validate_batch_id
+from msgdedup.timing import StepTimer
 
 PROG = "dedup_batch"
 
@@ -35,20 +35,6 @@ class StaleHistoryError(RuntimeError):
 
 class AccountingError(RuntimeError):
     """input lines != delivered + dropped + quarantined: never commit such a batch."""
-
-
-class _Timer:
-    def __init__(self) -> None:
-        self.start = self.last = time.monotonic()
-        self.steps: dict[str, float] = {}
-
-    def lap(self, step: str) -> None:
-        now = time.monotonic()
-        self.steps[f"{step}_s"] = round(now - self.last, 3)
-        self.last = now
-
-    def total(self) -> dict[str, float]:
-        return {**self.steps, "total_s": round(time.monotonic() - self.start, 3)}
 
 
 def _write(frame: DataFrame, path: str) -> DataFrame:
@@ -65,7 +51,7 @@ def run_batch(spark: SparkSession, input_path: str, warehouse_root: str, batch_i
     """
     settings = settings or AddressSettings()
     validate_batch_id(batch_id)
-    timer = _Timer()
+    timer = StepTimer()
     fs = HadoopFS(spark)
     warehouse = Warehouse(fs, warehouse_root)
     run_id = uuid.uuid4().hex
@@ -74,7 +60,7 @@ def run_batch(spark: SparkSession, input_path: str, warehouse_root: str, batch_i
 
 
 def _dedup_and_commit(spark: SparkSession, fs: HadoopFS, warehouse: Warehouse, txn: Transaction,
-                      input_path: str, settings: AddressSettings, invalidate_later: bool, timer: _Timer) -> dict:
+                      input_path: str, settings: AddressSettings, invalidate_later: bool, timer: StepTimer) -> dict:
     batch_id, run_id = txn.batch_id, txn.run_id
     files = list_input_files(fs, input_path)
     parent = txn.parent
@@ -166,7 +152,7 @@ def _dedup_and_commit(spark: SparkSession, fs: HadoopFS, warehouse: Warehouse, t
         "caches": caches,
         "snapshot_fingerprint": fingerprint,
         "invalidated": invalidate,
-        "timings": timer.total(),
+        "timings": timer.as_dict(),
     }
     warehouse.commit(txn, manifest, invalidate)
     return manifest

@@ -104,7 +104,7 @@ class ProcessBatchOperator(SparkSubmitOperator):
         """Reschedule the task (a clean wait) while the warehouse is busy, up to the maximum wait."""
         now = datetime.now(timezone.utc)
         first = context["ti"].get_first_reschedule_date(context)
-        waited = now - first if first is not None else now - now
+        waited = now - (first or now)
         if waited < settings.WAREHOUSE_BUSY_MAX_WAIT:
             again = now + settings.WAREHOUSE_BUSY_POKE
             self.log.warning("%s: waiting, trying again at %s (waited %s so far)", why,

@@ -27,17 +27,16 @@ import shutil
 import sys
 import tempfile
 import threading
-import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 from urllib.parse import unquote, urlparse
 
 from pyspark.sql import DataFrame, SparkSession
 
 from msgdedup import exit_codes, layout
+from msgdedup.timing import StepTimer
 from msgdedup.engine.filesystem import HadoopFS, local_directory
 from msgdedup.quality import tables
 from msgdedup.quality.checks import CHECKED_TABLES, DATA_DOCS_SITE
@@ -237,26 +236,6 @@ def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str) -> d
     }
 
 
-class StepTimer:
-    """Seconds per step of one gate run, for ``result.json`` (``timings``)."""
-
-    def __init__(self) -> None:
-        self._started = time.perf_counter()
-        self.steps: dict[str, float] = {}
-
-    @contextmanager
-    def step(self, name: str) -> Iterator[None]:
-        started = time.perf_counter()
-        try:
-            yield
-        finally:
-            key = f"{name}_s"
-            self.steps[key] = round(self.steps.get(key, 0.0) + time.perf_counter() - started, 3)
-
-    def as_dict(self) -> dict[str, float]:
-        return {**self.steps, "total_s": round(time.perf_counter() - self._started, 3)}
-
-
 def _jsonable(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}
@@ -417,9 +396,36 @@ def preload_gx() -> threading.Thread:
     return thread
 
 
+def _fail(code: int, message: str) -> int:
+    print(f"gx_gate: error: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+def gate_and_report(spark: SparkSession, warehouse: str, batch_id: str,
+                    settings: GateSettings) -> tuple[int, GateResult | None]:
+    """Run the gate and print its outcome in one ``gx_gate: …`` line; the exit code, and the result
+    if the gate ran. ``gx_gate.py`` and ``process_batch.py`` both call it, so a log reads the same
+    whichever app gated the batch."""
+    try:
+        result = run_gate(spark, warehouse, batch_id, settings)
+    except USER_ERRORS as exc:
+        return _fail(exit_codes.USER_ERROR, str(exc)), None
+    except Exception as exc:  # noqa: BLE001 - anything unexpected is exit 1, in one line
+        log.exception("gx_gate failed")
+        return _fail(exit_codes.INTERNAL_ERROR,
+                     f"internal error: {type(exc).__name__}: {exc}".replace("\n", " ")), None
+    if result.success:
+        print(f"gx_gate: {result.summary_line()}; data docs: {result.data_docs_path}", flush=True)
+        return exit_codes.OK, result
+    print(f"gx_gate: {result.summary_line()}", file=sys.stderr, flush=True)
+    return exit_codes.GATE_FAILED, result
+
+
 def main(argv: list[str] | None = None) -> int:
     """The ``spark_apps/gx_gate.py`` CLI: exit 0 passed, 3 failed, 2 user error, 1 internal."""
     import argparse
+
+    from msgdedup.config import ConfigError
 
     parser = argparse.ArgumentParser(prog="gx_gate", description="Validate a committed batch with Great Expectations.")
     parser.add_argument("--warehouse", required=True)
@@ -428,30 +434,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gx-project", help="GX project directory (default: the checkout's expectations/)")
     args = parser.parse_args(argv)
 
-    def fail(code: int, message: str) -> int:
-        print(f"gx_gate: error: {message}", file=sys.stderr)
-        return code
-
     try:
-        from msgdedup.config import ConfigError
-
-        try:
-            settings = GateSettings.from_config(args.config)
-        except ConfigError as exc:
-            return fail(exit_codes.USER_ERROR, str(exc))
-        if args.gx_project:
-            settings = GateSettings(project_dir=Path(args.gx_project), quality_dir=settings.quality_dir)
-        preload_gx()
+        settings = GateSettings.from_config(args.config)
+    except ConfigError as exc:
+        return _fail(exit_codes.USER_ERROR, str(exc))
+    if args.gx_project:
+        settings = GateSettings(project_dir=Path(args.gx_project), quality_dir=settings.quality_dir)
+    preload_gx()
+    try:
         spark = SparkSession.builder.appName(f"msgdedup-gx-gate-{args.batch_id}").getOrCreate()
-        try:
-            result = run_gate(spark, args.warehouse, args.batch_id, settings)
-        except USER_ERRORS as exc:
-            return fail(exit_codes.USER_ERROR, str(exc))
-    except Exception as exc:  # noqa: BLE001 - the CLI turns anything unexpected into exit 1
+    except Exception as exc:  # noqa: BLE001 - no JVM: exit 1 in one line
         log.exception("gx_gate failed")
-        return fail(exit_codes.INTERNAL_ERROR, f"internal error: {type(exc).__name__}: {exc}".replace("\n", " "))
-    if result.success:
-        print(f"gx_gate: {result.summary_line()}; data docs: {result.data_docs_path}")
-        return exit_codes.OK
-    print(f"gx_gate: {result.summary_line()}", file=sys.stderr)
-    return exit_codes.GATE_FAILED
+        return _fail(exit_codes.INTERNAL_ERROR, f"internal error: {type(exc).__name__}: {exc}".replace("\n", " "))
+    code, _ = gate_and_report(spark, args.warehouse, args.batch_id, settings)
+    return code
