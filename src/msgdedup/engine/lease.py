@@ -70,24 +70,24 @@ def _iso(moment: datetime) -> str:
     return moment.isoformat(timespec="milliseconds")
 
 
-def _process_start(pid: int) -> str | None:
-    """The start time of a process in clock ticks since boot (Linux), to tell a reused pid apart."""
+def _stat_fields(pid: int) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command name (Linux); [] if there is no such process."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             stat = handle.read().decode("ascii", "replace")
     except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[-1].split()
+        return []
+    return stat.rsplit(")", 1)[-1].split()
+
+
+def _process_start(pid: int) -> str | None:
+    """The start time of a process in clock ticks since boot, to tell a reused pid apart."""
+    fields = _stat_fields(pid)
     return fields[19] if len(fields) > 19 else None
 
 
 def _process_state(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read().decode("ascii", "replace")
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[-1].split()
+    fields = _stat_fields(pid)
     return fields[0] if fields else None
 
 
