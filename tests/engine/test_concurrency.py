@@ -182,6 +182,14 @@ def _resume(process: subprocess.Popen, release: Path) -> tuple[int, str]:
     return finish(process)
 
 
+def _kill_leftovers(*processes: subprocess.Popen) -> None:
+    """A failed test must not leave a stopped (SIGSTOPped) writer behind."""
+    for process in processes:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGCONT)
+            os.killpg(process.pid, signal.SIGKILL)
+
+
 def test_commit_conflict_when_the_other_writer_commits_first(spark, raw, wh, tmp_path):
     first, release = _paused_with_expired_lease(raw, wh, tmp_path)
     try:
@@ -190,9 +198,7 @@ def test_commit_conflict_when_the_other_writer_commits_first(spark, raw, wh, tmp
         assert parent(wh, T02) == T00  # legitimately: T01 was not committed
         code, console = _resume(first, release)
     finally:
-        if first.poll() is None:
-            os.killpg(first.pid, signal.SIGCONT)
-            os.killpg(first.pid, signal.SIGKILL)
+        _kill_leftovers(first)
     line = one_line(console)
     assert code == exit_codes.USER_ERROR, console
     assert line.startswith(f"dedup_batch: error: commit of batch {T01} refused: batch {T02} (run ")
@@ -219,10 +225,7 @@ def test_commit_conflict_when_the_stalled_writer_commits_first(spark, raw, wh, t
         code, console = finish(second)
     finally:
         second_release.touch()
-        for process in (first, second):
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGCONT)
-                os.killpg(process.pid, signal.SIGKILL)
+        _kill_leftovers(first, second)
     line = one_line(console)
     assert code == exit_codes.USER_ERROR, console
     assert line.startswith(f"dedup_batch: error: commit of batch {T02} refused: batch {T01} (run ")
