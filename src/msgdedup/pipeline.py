@@ -13,15 +13,17 @@ available to users. Exit codes: 0 committed and gate passed; 2 user error (of ei
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import SparkSession
 
 from msgdedup import exit_codes
-from msgdedup.config import load_settings
+from msgdedup.config import AddressSettings, load_settings
 from msgdedup.engine import batch
 from msgdedup.layout import validate_batch_id
 from msgdedup.engine.filesystem import HadoopFS
@@ -90,24 +92,47 @@ def run_steps(spark: SparkSession, args, settings, gate_settings: GateSettings,
     return code
 
 
-def main(argv: list[str] | None = None) -> int:
+@dataclass(frozen=True)
+class Request:
+    """One batch to process: the parsed arguments and the settings read from ``--config``."""
+
+    args: argparse.Namespace
+    settings: AddressSettings
+    gate_settings: GateSettings
+
+
+def prepare(argv: list[str] | None) -> Request | int:
+    """Parse and validate the arguments before any JVM starts: the request, or the exit code of a
+    user error (its one-line message printed). argparse's own errors exit 2 as usual
+    (``SystemExit``)."""
     args = build_parser().parse_args(argv)
     try:
-        settings = load_settings(args.config)
-        gate_settings = GateSettings.from_config(args.config)
         validate_batch_id(args.batch_id)
+        return Request(args, load_settings(args.config), GateSettings.from_config(args.config))
     except batch.USER_ERRORS as error:  # before any JVM starts, as dedup_batch.py
         return batch.report_error(error, exit_codes.USER_ERROR)
 
+
+def run_in_session(spark: SparkSession, request: Request, session_s: float | None = None) -> int:
+    """Both steps in ``spark``, which stays open: ``main`` stops it, the batch service
+    (:mod:`msgdedup.batch_service`) runs its next request in it."""
     started = time.monotonic()
-    steps: dict[str, Any] = {}
-    spark = batch.spark_session(f"{PROG} {args.batch_id}")
-    steps["session_s"] = round(time.monotonic() - started, 3)
+    steps: dict[str, Any] = {"session_s": session_s}
+    code = run_steps(spark, request.args, request.settings, request.gate_settings, steps)
+    steps["total_s"] = round(time.monotonic() - started + (session_s or 0), 3)
+    if "gate_s" in steps:
+        print(timings_line(request.args.batch_id, steps), flush=True)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    request = prepare(argv)
+    if isinstance(request, int):
+        return request
+    started = time.monotonic()
+    spark = batch.spark_session(f"{PROG} {request.args.batch_id}")
+    session_s = round(time.monotonic() - started, 3)
     try:
-        code = run_steps(spark, args, settings, gate_settings, steps)
+        return run_in_session(spark, request, session_s)
     finally:
         spark.stop()
-    steps["total_s"] = round(time.monotonic() - started, 3)
-    if "gate_s" in steps:
-        print(timings_line(args.batch_id, steps), flush=True)
-    return code

@@ -5,9 +5,10 @@ partitions and the finished runs):
 
 1. generate sample raw partitions (``msgdedup.sample_data``) for the 12 hours before the last
    complete hour, once; the window is remembered in ``.airflow/demo/window.json``;
-2. configure and start Airflow in ``.airflow/`` (``local_airflow``), create the
-   ``spark_default`` connection (``local[*]``), the Variables and the one-slot pool
-   ``msgdedup_warehouse``;
+2. configure and start Airflow in ``.airflow/`` (``local_airflow``) with a batch service (one warm
+   Spark application that runs every partition's dedup and gate: ``msgdedup.batch_service``),
+   create the ``spark_default`` connection (``local[*]``), the Variables (``msgdedup_batch_service``
+   names the service's socket) and the one-slot pool ``msgdedup_warehouse``;
 3. create a backfill (``--reprocess-behavior failed``) over the window (oldest first, one run
    at a time) through the REST API of the running API server (``POST /api/v2/backfills``), unpause
    the DAG and wait for the real scheduler, printing progress;
@@ -42,7 +43,7 @@ def log(message: str) -> None:
 
 
 def demo_airflow(home: Path, port: int) -> LocalAirflow:
-    return LocalAirflow(home, port, extra_config={"scheduler": {"use_job_schedule": "False"}})
+    return LocalAirflow(home, port, extra_config={"scheduler": {"use_job_schedule": "False"}}, batch_service=True)
 
 
 def window(state_dir: Path, hours: int) -> tuple[datetime, int]:
@@ -70,11 +71,13 @@ def ensure_partitions(raw: Path, start: datetime, hours: int) -> None:
 
 
 def configure_airflow_objects(af: LocalAirflow, raw: Path, warehouse: Path, config: Path | None) -> None:
-    """The spark_default connection, the msgdedup Variables and the warehouse pool (overwritten
-    if they exist). Run before the components start (nothing else writes the DB then)."""
+    """The spark_default connection, the msgdedup Variables (the batch service's socket, if the
+    home runs one) and the warehouse pool (overwritten if they exist). Run before the components
+    start (nothing else writes the DB then)."""
     with tempfile.TemporaryDirectory() as tmp:
         variables = {settings.VAR_RAW_ROOT: str(raw), settings.VAR_WAREHOUSE: str(warehouse),
-                     settings.VAR_CONFIG: str(config) if config else ""}
+                     settings.VAR_CONFIG: str(config) if config else "",
+                     settings.VAR_BATCH_SERVICE: str(af.batch_service_socket) if af.batch_service else ""}
         (Path(tmp) / "variables.json").write_text(json.dumps(variables))
         af.airflow("variables", "import", str(Path(tmp) / "variables.json"))
         conns = {settings.SPARK_CONN_ID: {"conn_type": "spark", "host": "local[*]",
@@ -201,7 +204,7 @@ def backfill(af: LocalAirflow, first: str, last: str, reprocess: str = "failed",
                             f"POST /api/v2/backfills -> {status} {answer}")
 
 
-def wait_for_runs(af: LocalAirflow, batch_ids: list[str], timeout: float, every: float = 15) -> dict[str, dict]:
+def wait_for_runs(af: LocalAirflow, batch_ids: list[str], timeout: float, every: float = 2) -> dict[str, dict]:
     deadline = time.monotonic() + timeout
     last_line = ""
     last_print = 0.0
@@ -276,7 +279,7 @@ def start_airflow(af: LocalAirflow, raw: Path, warehouse: Path) -> str:
         af.configure()
         af.migrate()
         configure_airflow_objects(af, raw, warehouse, None)
-        log("starting api-server, scheduler, dag-processor, triggerer")
+        log("starting " + ", ".join(af.components))
         af.start()
     else:
         configure_airflow_objects(af, raw, warehouse, None)
@@ -285,6 +288,9 @@ def start_airflow(af: LocalAirflow, raw: Path, warehouse: Path) -> str:
     token = af.token()
     wait_for_dag(af, token)
     check_pool(af, token)
+    if af.batch_service:
+        af.wait_batch_service()
+        log(f"batch service listening on {af.batch_service_socket} (one warm Spark application for every partition)")
     return token
 
 
@@ -325,7 +331,10 @@ def main(argv: list[str] | None = None) -> int:
     if status != 200:
         log(f"could not unpause {settings.DAG_ID}: {status} {body}")
         return 1
+    started = time.monotonic()
     runs = wait_for_runs(af, batch_ids, timeout=args.timeout)
+    log(f"{len(batch_ids)} partitions in {time.monotonic() - started:.0f} s after the backfill was created "
+        "(set-up and Airflow's start-up not included)")
     print()
     for line in summary(warehouse, batch_ids, runs):
         print(line)

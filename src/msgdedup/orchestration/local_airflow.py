@@ -4,7 +4,9 @@
 parallelism for a 2-core machine, SimpleAuthManager with one ``admin`` user whose random password
 is generated into ``<home>/simple_auth_manager_passwords.json.generated``, random JWT/API/Fernet
 secrets in ``<home>/secrets/``), migrates the metadata DB, and starts the components as background processes:
-``api-server`` (UI + REST + our plugin), ``scheduler``, ``dag-processor`` and ``triggerer``.
+``api-server`` (UI + REST + our plugin), ``scheduler``, ``dag-processor`` and ``triggerer``, and
+with ``batch_service=True`` a ``batch-service`` (:mod:`msgdedup.batch_service`, master ``local[*]``)
+whose socket the demo gives the DAG in the Variable ``msgdedup_batch_service``.
 Each writes ``<home>/run/<component>.pid`` and ``<home>/logs/<component>.log``; :meth:`stop`
 stops exactly those processes (their process groups). Everything is idempotent: starting a
 running Airflow does nothing, stopping a stopped one does nothing.
@@ -44,6 +46,8 @@ from pathlib import Path
 from typing import Any
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+# The warm Spark application of msgdedup.batch_service, when a home runs one (the demo does).
+BATCH_SERVICE = "batch-service"
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 ADMIN_USER = "admin"
 PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
@@ -103,6 +107,8 @@ class LocalAirflow:
     plugins_folder: Path = PROJECT_ROOT / "plugins"
     parallelism: int = 2
     extra_config: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Also run a batch service (master ``local[*]``) as a component, at :attr:`batch_service_socket`.
+    batch_service: bool = False
 
     def __post_init__(self) -> None:
         self.home = Path(self.home).resolve()
@@ -115,6 +121,14 @@ class LocalAirflow:
     @property
     def bin(self) -> Path:
         return Path(sys.executable).parent
+
+    @property
+    def components(self) -> tuple[str, ...]:
+        return COMPONENTS + ((BATCH_SERVICE,) if self.batch_service else ())
+
+    @property
+    def batch_service_socket(self) -> Path:
+        return self.home / "run" / "batch-service" / "service.sock"
 
     def pid_file(self, component: str) -> Path:
         return self.home / "run" / f"{component}.pid"
@@ -223,10 +237,33 @@ class LocalAirflow:
         return pid if _alive(pid) else None
 
     def running(self) -> dict[str, int | None]:
-        return {c: self.pid(c) for c in COMPONENTS}
+        return {c: self.pid(c) for c in self.components}
 
-    def start(self, components: tuple[str, ...] = COMPONENTS) -> None:
+    def command(self, component: str) -> list[str]:
+        if component == BATCH_SERVICE:
+            return [str(self.bin / "spark-submit"), "--master", "local[*]", "--name", "msgdedup batch service",
+                    str(PROJECT_ROOT / "spark_apps" / "batch_service.py"), "--socket", str(self.batch_service_socket)]
+        args = [str(self.bin / "airflow"), component]
+        if component == "api-server":
+            args += ["--port", str(self.port), "--host", "127.0.0.1", "--workers", "1"]
+        return args
+
+    def wait_batch_service(self, timeout: float = 180) -> None:
+        """Until the batch service accepts requests (its SparkSession is up)."""
+        from msgdedup.batch_service import available
+
+        deadline = time.monotonic() + timeout
+        while not available(self.batch_service_socket):
+            if self.pid(BATCH_SERVICE) is None:
+                raise RuntimeError(f"the batch service exited; see {self.log_file(BATCH_SERVICE)}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the batch service is not listening after {timeout}s; "
+                                   f"see {self.log_file(BATCH_SERVICE)}")
+            time.sleep(0.5)
+
+    def start(self, components: tuple[str, ...] | None = None) -> None:
         """Start the components that are not running (configure + migrate first)."""
+        components = self.components if components is None else components
         if all(self.pid(c) for c in components):
             return
         if self.pid("api-server") is None and _port_in_use(self.port):
@@ -237,12 +274,9 @@ class LocalAirflow:
         for component in components:
             if self.pid(component):
                 continue
-            args = [str(self.bin / "airflow"), component]
-            if component == "api-server":
-                args += ["--port", str(self.port), "--host", "127.0.0.1", "--workers", "1"]
             log = self.log_file(component).open("ab")
             proc = subprocess.Popen(
-                args, env=self.env(), cwd=self.home, stdout=log, stderr=subprocess.STDOUT,
+                self.command(component), env=self.env(), cwd=self.home, stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,
             )
             self.pid_file(component).write_text(f"{proc.pid}\n")
@@ -250,7 +284,7 @@ class LocalAirflow:
     def stop(self, timeout: float = 30) -> list[str]:
         """Stop the processes this home started (by their pid files); return what was stopped."""
         stopped = []
-        for component in reversed(COMPONENTS):
+        for component in reversed(COMPONENTS + (BATCH_SERVICE,)):  # whatever has a pid file
             pid = self.pid(component)
             if pid is None:
                 self.pid_file(component).unlink(missing_ok=True)
@@ -351,11 +385,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("action", choices=["start", "stop", "status", "password"])
     parser.add_argument("--home", type=Path, default=PROJECT_ROOT / ".airflow")
     parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--batch-service", action="store_true",
+                        help="start: also start a batch service (msgdedup.batch_service)")
     args = parser.parse_args(argv)
-    af = LocalAirflow(args.home, args.port)
+    af = LocalAirflow(args.home, args.port,
+                      batch_service=args.batch_service or LocalAirflow(args.home).pid(BATCH_SERVICE) is not None)
     if args.action == "start":
         af.start()
         af.wait_api()
+        if af.batch_service:
+            af.wait_batch_service()
         print(f"Airflow running at {af.base_url} (home {af.home})")
     elif args.action == "stop":
         stopped = af.stop()

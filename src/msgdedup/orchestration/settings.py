@@ -5,6 +5,7 @@
 | ``msgdedup_raw_root`` | root of the raw partitions               | ``$AIRFLOW_HOME/msgdedup/raw``       |
 | ``msgdedup_warehouse``| the warehouse (docs/architecture.md)     | ``$AIRFLOW_HOME/msgdedup/warehouse`` |
 | ``msgdedup_config``   | address-settings YAML passed as --config | empty: the engine's defaults         |
+| ``msgdedup_batch_service`` | socket of a batch service (warm Spark app) | empty: a ``spark-submit`` per batch |
 
 Values are plain local paths or ``file://`` URLs (the publish step and the partition sensor
 use the local file system). They are validated before use (:mod:`.partitions`).
@@ -22,6 +23,7 @@ DAG_ID = "message_dedup"
 VAR_RAW_ROOT = "msgdedup_raw_root"
 VAR_WAREHOUSE = "msgdedup_warehouse"
 VAR_CONFIG = "msgdedup_config"
+VAR_BATCH_SERVICE = "msgdedup_batch_service"
 
 # The partition is complete when this marker exists in its directory (written last by the
 # producer / exporter, like Hadoop's FileOutputCommitter does).
@@ -87,6 +89,14 @@ def get_variable(key: str, default: str) -> str:
 
     value = Variable.get(key, default=default)
     return default if value is None else str(value).strip()
+
+
+def batch_service_socket() -> str | None:
+    """The batch service's socket from the Variable, validated like every path; None when unset."""
+    from msgdedup.orchestration.partitions import validate_root
+
+    value = get_variable(VAR_BATCH_SERVICE, "")
+    return validate_root(value, "batch service socket") if value else None
 
 
 def venv_bin() -> Path:

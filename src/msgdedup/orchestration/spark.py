@@ -1,7 +1,11 @@
 """The DAG's Spark step: one SparkSubmitOperator subclass running ``spark_apps/process_batch.py``.
 
-One application per partition does the dedup and then the GX gate (``msgdedup.pipeline``), so a
-run pays JVM and Python-worker start-up once instead of once per step.
+The dedup and then the GX gate (``msgdedup.pipeline``) run in one Spark application. Where the
+Airflow Variable ``msgdedup_batch_service`` names the socket of a running batch service
+(:mod:`msgdedup.batch_service`, one warm Spark application for every partition: ``make demo``
+starts one), the task sends the batch there and streams its log; otherwise, or when nothing
+listens there (a warning says so), it runs ``spark-submit`` as below and the partition pays JVM and
+Python-worker start-up.
 
 The master (``local[*]``, ``spark://…``, ``yarn``) comes from the Airflow connection
 ``spark_default``, so the same DAG runs locally or on a cluster. The application arguments are
@@ -9,7 +13,7 @@ built at execution time from the validated RunSpec of the ``resolve`` task (neve
 string), and spark-submit runs with the venv's ``bin/`` first on PATH and
 ``PYSPARK_PYTHON`` set to the venv's interpreter (``spark.pyspark.python`` too).
 
-Exit codes of the app (:mod:`msgdedup.exit_codes`) become task outcomes: 0 committed and gate
+Exit codes of the app, either way (:mod:`msgdedup.exit_codes`), become task outcomes: 0 committed and gate
 passed; the codes in ``exit_codes.FINAL`` (2 user error: bad input/config, stale history,
 a commit conflict; 3 gate failed: committed, not published) fail *without retry*, since a rerun
 would fail the same way; 4 (another writer holds the warehouse's lease, e.g. a manual
@@ -36,9 +40,9 @@ from airflow.sdk.exceptions import (
     AirflowSkipException,
 )
 
-from msgdedup import exit_codes
+from msgdedup import batch_service, exit_codes
 from msgdedup.orchestration import settings
-from msgdedup.orchestration.partitions import spec_from_context
+from msgdedup.orchestration.partitions import RunSpec, spec_from_context
 
 # spark_apps/ next to src/ in the project checkout.
 PROCESS_BATCH_APP = Path(__file__).resolve().parents[3] / "spark_apps" / "process_batch.py"
@@ -75,6 +79,20 @@ class ProcessBatchOperator(SparkSubmitOperator):
         spec = spec_from_context(context)
         if spec.dry_run:
             raise AirflowSkipException(f"dry run: would run {PROCESS_BATCH_APP.name} {' '.join(spec.batch_args())}")
+        service = settings.batch_service_socket()
+        if service:
+            try:
+                code = batch_service.submit(service, spec.batch_args(), self.log.info)
+            except batch_service.ServiceUnavailable as exc:
+                self.log.warning("%s: running spark-submit instead (start the service, or clear the "
+                                 "Variable %s to silence this)", exc, settings.VAR_BATCH_SERVICE)
+            else:
+                # ServiceLost propagates: an internal error, retried like a lost spark-submit.
+                self._outcome(code, spec, context, f"batch service on {service}")
+                return
+        self._spark_submit(spec, context)
+
+    def _spark_submit(self, spec: RunSpec, context: Any) -> None:
         env = settings.spark_env()
         self.application_args = spec.batch_args()
         self.env_vars = {**env, **(self.env_vars or {})}
@@ -88,17 +106,24 @@ class ProcessBatchOperator(SparkSubmitOperator):
             super().execute(context)
         except AirflowException as exc:
             code = submit_returncode(self._hook) if self._hook is not None else None
-            app = f"{PROCESS_BATCH_APP.name} exited with {code}"
-            if code in exit_codes.FINAL:
-                raise AirflowFailException(
-                    f"{app}: {exit_codes.FINAL[code]} "
-                    f"(batch {spec.batch_id}; the app's error line is in the log above)"
-                ) from exc
-            if code == exit_codes.WAREHOUSE_BUSY:
-                self._wait_for_warehouse(context, f"{app}: another writer holds the lease of "
-                                         f"warehouse {spec.warehouse}; nothing was written for "
-                                         f"batch {spec.batch_id}")
+            self._outcome(code, spec, context, "spark-submit", exc)
             raise
+
+    def _outcome(self, code: int | None, spec: RunSpec, context: Any, how: str,
+                 error: BaseException | None = None) -> None:
+        """Exit code -> task outcome (the module docstring); returns only for exit 0."""
+        if code == exit_codes.OK:
+            return
+        app = f"{PROCESS_BATCH_APP.name} ({how}) exited with {code}"
+        if code in exit_codes.FINAL:
+            raise AirflowFailException(
+                f"{app}: {exit_codes.FINAL[code]} (batch {spec.batch_id}; the app's error line is in the log above)"
+            ) from error
+        if code == exit_codes.WAREHOUSE_BUSY:
+            self._wait_for_warehouse(context, f"{app}: another writer holds the lease of warehouse "
+                                     f"{spec.warehouse}; nothing was written for batch {spec.batch_id}")
+        if error is None:
+            raise AirflowException(f"{app}: will be retried (batch {spec.batch_id}; the log above says why)")
 
     def _wait_for_warehouse(self, context: Any, why: str) -> None:
         """Reschedule the task (a clean wait) while the warehouse is busy, up to the maximum wait."""
