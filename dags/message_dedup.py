@@ -1,4 +1,4 @@
-"""message_dedup: one run per hourly raw partition -> dedup + GX gate (one Spark app) -> publish.
+"""message_dedup: one run per hourly raw partition -> wait for it -> dedup + GX gate (one Spark app) -> publish.
 
 Structure only: every step's logic lives in ``msgdedup.orchestration`` (see docs/airflow.md).
 
@@ -16,7 +16,7 @@ from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, Param
 
 from msgdedup.orchestration import settings
-from msgdedup.orchestration.partitions import PARTITION_ID_LENGTH, PARTITION_ID_PATTERN, resolve_task
+from msgdedup.orchestration.partitions import PARTITION_ID_LENGTH, PARTITION_ID_PATTERN, SPEC_TASK_ID
 from msgdedup.orchestration.publish import publish_task
 from msgdedup.orchestration.sensors import PartitionCompleteSensor
 from msgdedup.orchestration.spark import ProcessBatchOperator
@@ -66,8 +66,8 @@ with DAG(
     tags=["msgdedup"],
     doc_md=__doc__,
 ) as dag:
-    resolve = PythonOperator(task_id="resolve", python_callable=resolve_task)
-    wait = PartitionCompleteSensor(task_id="wait_for_partition")
+    # Resolves the run (its XCom is the run spec) and waits for the partition's _SUCCESS marker.
+    wait = PartitionCompleteSensor(task_id=SPEC_TASK_ID)
     # One writer per warehouse: a pool of one slot across scheduled, backfill and manual runs;
     # a hung Spark application is killed after the timeout (then retried).
     process = ProcessBatchOperator(
@@ -77,4 +77,4 @@ with DAG(
     )
     publish = PythonOperator(task_id="publish", python_callable=publish_task, outlets=[published])
 
-    resolve >> wait >> process >> publish
+    wait >> process >> publish

@@ -234,6 +234,7 @@ class BatchService:
             out.finish(exit_codes.USER_ERROR)
             return
         log.info("request: %s", " ".join(argv))
+        out.write(f"{PROG}: running process_batch {' '.join(argv)}\n")
         started = time.monotonic()
         done = threading.Event()
         watcher = threading.Thread(target=self._watch, args=(conn, out, done), daemon=True)

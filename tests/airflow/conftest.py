@@ -115,7 +115,7 @@ def e2e_hours():
 @pytest.fixture(scope="session")
 def live_airflow(tmp_path_factory):
     from msgdedup.orchestration.demo import check_pool, configure_airflow_objects, wait_for_dag
-    from msgdedup.orchestration.local_airflow import LocalAirflow, free_port
+    from msgdedup.orchestration.local_airflow import BATCH_SERVICE, LocalAirflow, free_port
     from msgdedup.sample_data import write_partitions
 
     root = tmp_path_factory.mktemp("live-airflow")
@@ -126,13 +126,15 @@ def live_airflow(tmp_path_factory):
         root / "home", free_port(),
         # No producer writes new hours here: only backfills and manual runs (as in the demo).
         extra_config={"scheduler": {"use_job_schedule": "False"}},
+        batch_service=True,  # process_batch runs in a warm batch service, as in the demo
     )
     af.configure()
     af.migrate()
     configure_airflow_objects(af, raw, warehouse, None)
     try:
-        af.start(components=("api-server", "scheduler", "dag-processor"))
+        af.start(components=("api-server", "scheduler", "dag-processor", BATCH_SERVICE))
         af.wait_api()
+        af.wait_batch_service()
         live = LiveAirflow(af, raw, warehouse)
         wait_for_dag(af, live.token)
         check_pool(af, live.token)  # created by configure_airflow_objects, as in the demo

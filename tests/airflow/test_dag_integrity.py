@@ -9,7 +9,7 @@ from pathlib import Path
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 
-EXPECTED_ORDER = ["resolve", "wait_for_partition", "process_batch", "publish"]
+EXPECTED_ORDER = ["wait_for_partition", "process_batch", "publish"]
 
 
 def test_dag_folder_is_not_empty_and_imports_without_errors(dagbag):

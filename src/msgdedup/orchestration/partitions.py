@@ -95,7 +95,7 @@ def partition_path(raw_root: str, batch_id: str) -> str:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """Everything the tasks of one DAG run need; pushed as the XCom of the ``resolve`` task."""
+    """Everything the tasks of one DAG run need; the XCom of the task :data:`SPEC_TASK_ID`."""
 
     batch_id: str
     partition: str
@@ -170,12 +170,18 @@ def resolve(
     )
 
 
-def resolve_task(**context: Any) -> dict[str, Any]:
-    """PythonOperator callable of the ``resolve`` task: Variables + params + interval -> RunSpec."""
+# The task whose XCom is the run spec: the partition sensor resolves the run as it first looks
+# (a task of its own cost a task start-up per partition, about 2 s; docs/benchmarks.md).
+SPEC_TASK_ID = "wait_for_partition"
+
+
+def resolve_from_context(context: Any) -> RunSpec:
+    """The run's validated RunSpec: Variables + params + data interval. A refused request fails the
+    task without retry (the same request fails the same way)."""
     from airflow.sdk.exceptions import AirflowFailException
 
     try:
-        spec = resolve(
+        return resolve(
             params=dict(context.get("params") or {}),
             data_interval_start=context.get("data_interval_start"),
             data_interval_end=context.get("data_interval_end"),
@@ -184,16 +190,19 @@ def resolve_task(**context: Any) -> dict[str, Any]:
             config=settings.get_variable(settings.VAR_CONFIG, "") or None,
         )
     except InvalidRunRequest as exc:
-        # Not worth a retry: the same request fails the same way.
         raise AirflowFailException(f"refused: {exc}") from None
-    print(f"batch {spec.batch_id}: partition {spec.partition}, warehouse {spec.warehouse}")
+
+
+def describe(spec: RunSpec) -> list[str]:
+    """What a run will do, for its log (and a dry run's answer)."""
+    lines = [f"batch {spec.batch_id}: partition {spec.partition}, warehouse {spec.warehouse}"]
     if spec.dry_run:
-        print("dry run: the following would run, nothing is written")
-        print("  process_batch.py " + " ".join(spec.batch_args()))
-    return spec.to_dict()
+        lines += ["dry run: the following would run, nothing is written",
+                  "  process_batch.py " + " ".join(spec.batch_args())]
+    return lines
 
 
-def spec_from_context(context: Any, task_id: str = "resolve") -> RunSpec:
+def spec_from_context(context: Any, task_id: str = SPEC_TASK_ID) -> RunSpec:
     data = context["ti"].xcom_pull(task_ids=task_id)
     if not data:
         raise InvalidRunRequest(f"no run spec from task {task_id!r}")

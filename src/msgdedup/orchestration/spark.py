@@ -81,6 +81,7 @@ class ProcessBatchOperator(SparkSubmitOperator):
             raise AirflowSkipException(f"dry run: would run {PROCESS_BATCH_APP.name} {' '.join(spec.batch_args())}")
         service = settings.batch_service_socket()
         if service:
+            self.log.info("running %s in the batch service on %s", PROCESS_BATCH_APP.name, service)
             try:
                 code = batch_service.submit(service, spec.batch_args(), self.log.info)
             except batch_service.ServiceUnavailable as exc:
@@ -114,16 +115,17 @@ class ProcessBatchOperator(SparkSubmitOperator):
         """Exit code -> task outcome (the module docstring); returns only for exit 0."""
         if code == exit_codes.OK:
             return
-        app = f"{PROCESS_BATCH_APP.name} ({how}) exited with {code}"
+        app = f"{PROCESS_BATCH_APP.name} exited with {code}"
         if code in exit_codes.FINAL:
             raise AirflowFailException(
-                f"{app}: {exit_codes.FINAL[code]} (batch {spec.batch_id}; the app's error line is in the log above)"
+                f"{app}: {exit_codes.FINAL[code]} (batch {spec.batch_id}, {how}; the app's error line is in the "
+                "log above)"
             ) from error
         if code == exit_codes.WAREHOUSE_BUSY:
             self._wait_for_warehouse(context, f"{app}: another writer holds the lease of warehouse "
                                      f"{spec.warehouse}; nothing was written for batch {spec.batch_id}")
         if error is None:
-            raise AirflowException(f"{app}: will be retried (batch {spec.batch_id}; the log above says why)")
+            raise AirflowException(f"{app} ({how}): will be retried (batch {spec.batch_id}; the log above says why)")
 
     def _wait_for_warehouse(self, context: Any, why: str) -> None:
         """Reschedule the task (a clean wait) while the warehouse is busy, up to the maximum wait."""
