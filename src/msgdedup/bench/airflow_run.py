@@ -227,3 +227,152 @@ def _set_master(af: Any, conn_id: str, master: str) -> None:
         path.write_text(json.dumps({conn_id: {"conn_type": "spark", "host": master,
                                               "description": "msgdedup bench"}}))
         af.airflow("connections", "import", "--overwrite", str(path))
+
+
+# -- a backfill through Airflow ---------------------------------------------------------------------
+@dataclass
+class BackfillResult:
+    ok: bool
+    partitions: int = 0
+    wall_s: float | None = None            # backfill create -> the last run's end
+    per_partition_s: float | None = None   # wall_s / partitions
+    create_s: float | None = None          # how long `airflow backfill create` took (in wall_s)
+    run_s: list[float | None] = field(default_factory=list)   # each run's start -> end
+    gap_s: list[float | None] = field(default_factory=list)   # a run's end -> the next run's start
+    states: dict[str, str | None] = field(default_factory=dict)
+    in_service: bool | None = None         # process_batch ran in the batch service (task log)
+    peak_rss_bytes: int = 0
+    startup_s: float | None = None         # configure + migrate + start + service + DAG parsed
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+# `airflow backfill create` on SQLite may meet a write another component made meanwhile
+# ("database is locked"; msgdedup.orchestration.demo.backfill explains it): try again.
+BACKFILL_CREATE_ATTEMPTS = 6
+
+
+def run_backfill(partitions: list[tuple[str, Path]], work: Path, *, master: str = "local[2]",
+                 config: Path | None = None, timeout: float = 3600, poll: float = 0.5) -> BackfillResult:
+    """Start a private local Airflow with a batch service (as ``make demo`` does), backfill the
+    hourly ``partitions`` ``[(batch_id, directory)]`` oldest first with ``airflow backfill
+    create`` (as docs/airflow.md tells users), measure create -> last success, stop Airflow."""
+    from msgdedup.orchestration import settings
+    from msgdedup.orchestration.demo import configure_airflow_objects, runs_by_batch, wait_for_dag
+    from msgdedup.orchestration.local_airflow import BATCH_SERVICE, LocalAirflow, free_port
+
+    raw, warehouse = work / "raw", work / "warehouse"
+    for batch_id, directory in partitions:
+        link_partition(directory, raw, batch_id)
+    batch_ids = [b for b, _ in partitions]
+    af = LocalAirflow(work / "home", free_port(), extra_config={"scheduler": {"use_job_schedule": "False"}},
+                      batch_service=True, batch_service_master=master)
+    result = BackfillResult(ok=False, partitions=len(batch_ids))
+    t0 = time.perf_counter()
+    try:
+        af.configure()
+        af.migrate()
+        configure_airflow_objects(af, raw, warehouse, config)
+        _set_master(af, settings.SPARK_CONN_ID, master)
+        af.start(components=(*COMPONENTS, BATCH_SERVICE))
+        af.wait_api()
+        af.wait_batch_service()
+        token = af.token()
+        wait_for_dag(af, token, timeout=600)
+        status, body = af.api("PATCH", f"/api/v2/dags/{settings.DAG_ID}", {"is_paused": False}, token=token)
+        if status != 200:
+            raise RuntimeError(f"unpause failed: {status} {body}")
+        result.startup_s = round(time.perf_counter() - t0, 3)
+        roots = lambda: [p for p in af.running().values() if p]  # noqa: E731
+        with PeakSampler(roots, 0.5) as sampler:
+            created_at = time.time()
+            _backfill_create(af, settings.DAG_ID, batch_ids[0], batch_ids[-1])
+            result.create_s = round(time.time() - created_at, 3)
+            deadline = time.perf_counter() + timeout
+            while True:
+                runs = runs_by_batch(af, af.token())
+                states = {b: (runs.get(b) or {}).get("state") for b in batch_ids}
+                if any(s == "failed" for s in states.values()) or all(s == "success" for s in states.values()):
+                    break
+                if time.perf_counter() > deadline:
+                    raise TimeoutError(f"backfill not finished after {timeout}s: {states}")
+                time.sleep(poll)
+        result.peak_rss_bytes = sampler.peak
+        result.states = states
+        ends = [_epoch((runs.get(b) or {}).get("end_date")) for b in batch_ids]
+        starts = [_epoch((runs.get(b) or {}).get("start_date")) for b in batch_ids]
+        result.run_s = [round(e - s, 3) if s and e else None for s, e in zip(starts, ends, strict=True)]
+        result.gap_s = [round(s - e, 3) if s and e else None for e, s in zip(ends[:-1], starts[1:], strict=True)]
+        result.ok = all(s == "success" for s in states.values())
+        if result.ok:
+            result.wall_s = round(max(ends) - created_at, 3)
+            result.per_partition_s = round(result.wall_s / len(batch_ids), 3)
+            last = runs[batch_ids[-1]]["dag_run_id"]
+            status, text = af.api("GET", f"/api/v2/dags/{settings.DAG_ID}/dagRuns/{last}/taskInstances/"
+                                  "process_batch/logs/1", token=af.token())
+            result.in_service = status == 200 and "in the batch service on" in json.dumps(text)
+        else:
+            result.error = f"backfill ended with {states}; logs under {af.home / 'logs'}"
+    except Exception as exc:  # noqa: BLE001 - the benchmark reports it and goes on
+        result.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        af.stop()
+    return result
+
+
+def _epoch(stamp: str | None) -> float | None:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() if stamp else None
+
+
+def _backfill_create(af: Any, dag_id: str, first: str, last: str) -> None:
+    for attempt in range(1, BACKFILL_CREATE_ATTEMPTS + 1):
+        done = af.airflow("backfill", "create", "--dag-id", dag_id, "--from-date", f"{first}:00:00+00:00",
+                          "--to-date", f"{last}:00:00+00:00", "--reprocess-behavior", "failed",
+                          "--max-active-runs", "1", check=False)
+        if done.returncode == 0:
+            return
+        if "database is locked" not in done.stdout + done.stderr or attempt == BACKFILL_CREATE_ATTEMPTS:
+            raise RuntimeError(f"airflow backfill create failed: {(done.stderr or done.stdout)[-2000:]}")
+        time.sleep(attempt)
+
+
+# -- make demo ---------------------------------------------------------------------------------------
+@dataclass
+class DemoResult:
+    ok: bool
+    wall_s: float | None = None            # the whole command, from a fresh home (after make setup)
+    partitions_s: float | None = None      # what the demo says the 12 partitions took
+    peak_rss_bytes: int = 0
+    output_tail: str | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def run_demo(work: Path, *, timeout: float = 3600) -> DemoResult:
+    """``make demo``'s command (``python -m msgdedup.orchestration.demo``) from a fresh home on a
+    free port, timed; then ``make stop``'s."""
+    import re
+    import sys
+
+    from msgdedup.bench.measure import measure
+    from msgdedup.orchestration.local_airflow import free_port
+
+    home = work / "home"
+    python = str(Path(sys.executable))
+    m = measure([python, "-m", "msgdedup.orchestration.demo", "--home", str(home), "--port", str(free_port())],
+                log_path=work / "demo.log", timeout=timeout)
+    subprocess_stop = measure([python, "-m", "msgdedup.orchestration.local_airflow", "stop", "--home", str(home)],
+                              log_path=work / "stop.log", timeout=300)
+    text = (work / "demo.log").read_text(errors="replace")
+    found = re.search(r"(\d+) partitions in (\d+) s after the backfill was created", text)
+    result = DemoResult(ok=m.returncode == 0, wall_s=m.wall_s, peak_rss_bytes=m.peak_rss_bytes,
+                        partitions_s=float(found.group(2)) if found else None, output_tail=m.output_tail)
+    if not result.ok:
+        result.error = f"demo exited {m.returncode}, see {work / 'demo.log'}"
+    if subprocess_stop.returncode != 0:
+        result.error = (result.error or "") + f"; make stop's command exited {subprocess_stop.returncode}"
+    return result

@@ -12,8 +12,12 @@ Contenders (each a spark-submit, so JVM start-up is paid by everyone alike):
 Scenarios per size N (1M; 10M too in the large scale): 200 addresses vs one hot address with half
 of the traffic (all contenders), and id_cache_size 1M instead of 20K on the 200-address input
 (ours only: the other contenders do not have a cache, their numbers would be the 20K ones again).
-Then a history of consecutive batches (ours only, each batch a child of the previous one) to show
-how per-batch cost grows with history: last ÷ first.
+Then one hourly-sized batch (20K messages) through copy and ours, both as spark-submits with their
+Spark jobs counted from event logs: the fixed cost per partition. Then a history of consecutive
+batches (ours only, each batch a child of the previous one, with caches small enough to fill and
+evict) to show how per-batch cost grows with history: last ÷ first. Then the same partitions as a
+backfill through Airflow (``airflow backfill create``, the batch service the demo uses): seconds
+per partition, trigger to last success. Last, ``make demo``'s own command from a fresh home.
 
 Contenders run strictly one at a time; a failed contender is recorded and the run goes on.
 Inputs are generated once per work directory and reused by later runs with the same parameters.
@@ -33,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from msgdedup.bench import report
-from msgdedup.bench.measure import Measurement, measure
+from msgdedup.bench.measure import Measurement, event_log_conf, measure, spark_jobs
 from msgdedup.bench.workload import Workload, write_batch
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
@@ -53,18 +57,27 @@ class Scale:
     hot_share: float = 0.5
     airflow: bool = True
     spark_args: tuple[str, ...] = ()   # e.g. ("--driver-memory", "4g"), for every spark-submit
+    # peers run on the sizes after the first (the first size runs all of them)
+    more_sizes_peers: tuple[str, ...] = ("copy", "ours", "naive")
+    per_batch_messages: int = 20_000   # the hourly-sized batch of the per-batch scenario (0: skip)
+    # history: small enough that the caches fill and evict within the history (200 addresses x
+    # ~95 keyed messages per batch fill 1,000 after about 11 batches)
+    history_cache_size: int = 1_000
+    backfill: bool = True              # the history's partitions as a backfill through Airflow
+    demo: bool = True                  # make demo's command from a fresh home
 
 
 SCALES = {
     # about 28 minutes on a 2-core machine (16 of them the history batches): three 1M scenarios,
     # 24 small batches, one DAG run.
-    "small": Scale(sizes=(1_000_000,), history_batches=24, history_messages=20_000),
+    "small": Scale(sizes=(1_000_000, 5_000_000), history_batches=24, history_messages=20_000),
     # More heap for every contender at 10M (local mode: driver and executors share one JVM), so that
     # none fails for want of memory -- the streaming peer keeps all its dedup state on the heap.
     "large": Scale(sizes=(1_000_000, 10_000_000), history_batches=24, history_messages=200_000,
                    spark_args=("--driver-memory", "6g")),
     # a smoke run (a couple of minutes on a loaded machine): every code path, no meaningful numbers
-    "tiny": Scale(sizes=(5_000,), history_batches=3, history_messages=2_000),
+    "tiny": Scale(sizes=(5_000,), history_batches=3, history_messages=2_000, per_batch_messages=2_000,
+                  history_cache_size=20),
 }
 
 
@@ -89,9 +102,10 @@ class Bench:
     failures: list[str] = field(default_factory=list)
 
     # ------------------------------------------------------------ helpers
-    def spark_submit(self, app: Path, *args: str) -> list[str]:
+    def spark_submit(self, app: Path, *args: str, event_log: Path | None = None) -> list[str]:
         return [str(Path(sys.executable).parent / "spark-submit"), "--master", self.master,
-                *self.scale.spark_args, str(app), *[str(a) for a in args]]
+                *self.scale.spark_args, *(event_log_conf(event_log) if event_log else []),
+                str(app), *[str(a) for a in args]]
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -203,15 +217,42 @@ class Bench:
         s["warehouse"] = str(wh)
         return s
 
+    def history_batch_ids(self) -> list[str]:
+        return [f"2026-11-{21 + k // 24:02d}T{k % 24:02d}" for k in range(self.scale.history_batches)]
+
+    def per_batch(self) -> dict[str, Any]:
+        """One hourly-sized batch through copy and ours (spark-submits, JVM start-up included),
+        with the Spark jobs each ran (from its event log): the fixed cost per partition."""
+        n = self.scale.per_batch_messages
+        inp = self.input_dir(n, 0.0, 0, stream="history")
+        cfg = self.config_file(self.scale.history_cache_size)
+        runs: dict[str, Any] = {}
+        logs = self.fresh("per-batch", "eventlogs")
+        runs["copy"] = self.run("per-batch-copy", self.spark_submit(
+            PEERS_DIR / "copy_peer.py", "--input", inp, "--output", self.fresh("per-batch", "copy"),
+            event_log=logs / "copy"), n)
+        wh = self.fresh("per-batch", "warehouse")
+        runs["ours"] = self.run("per-batch-ours", self.spark_submit(
+            PROJECT_ROOT / "spark_apps" / "dedup_batch.py", "--input", inp, "--warehouse", wh,
+            "--batch-id", BASE_BATCH_ID, "--config", cfg, event_log=logs / "ours"), n)
+        for name, r in runs.items():
+            r["jobs"] = spark_jobs(logs / name)
+        manifest = wh / "runs" / f"{BASE_BATCH_ID}.json"
+        if manifest.exists():
+            runs["ours"]["engine_s"] = (json.loads(manifest.read_text()).get("timings") or {}).get("total_s")
+        if runs["copy"].get("wall_s") and runs["ours"].get("wall_s") and not runs["ours"].get("error"):
+            runs["ours"]["x_copy"] = round(runs["ours"]["wall_s"] / runs["copy"]["wall_s"], 3)
+        log(f"per batch ({n:,} messages): jobs copy {runs['copy']['jobs']}, ours {runs['ours']['jobs']}")
+        return {"messages": n, "runs": runs}
+
     def history(self) -> dict[str, Any]:
         sc = self.scale
-        cache = sc.cache_sizes[0]
+        cache = sc.history_cache_size
         cfg = self.config_file(cache)
         wh = self.fresh("history", "warehouse")
         per: list[dict[str, Any]] = []
-        for k in range(sc.history_batches):
+        for k, batch_id in enumerate(self.history_batch_ids()):
             inp = self.input_dir(sc.history_messages, 0.0, k, stream="history")
-            batch_id = f"2026-11-{21 + k // 24:02d}T{k % 24:02d}"
             r = self.run(f"history-{k:03d}", self.spark_submit(
                 PROJECT_ROOT / "spark_apps" / "dedup_batch.py", "--input", inp, "--warehouse", wh,
                 "--batch-id", batch_id, "--config", cfg), sc.history_messages)
@@ -220,7 +261,10 @@ class Bench:
             if manifest.exists():
                 m = json.loads(manifest.read_text())
                 r["engine_s"] = (m.get("timings") or {}).get("total_s")
-                r["cache_entries"] = sum(c.get("entries", 0) for c in (m.get("caches") or {}).values())
+                caches = (m.get("caches") or {}).values()
+                r["cache_entries"] = sum(c.get("entries", 0) for c in caches)
+                # caches that have let keys go (more acceptances than the window holds)
+                r["caches_evicting"] = sum(1 for c in caches if c.get("last_seq", 0) > c.get("id_cache_size", 0))
             per.append(r)
             if r.get("error"):
                 break  # later batches need this one as parent
@@ -234,7 +278,36 @@ class Bench:
             if ok[0].get("engine_s") and ok[-1].get("engine_s"):
                 h["engine_last_over_first"] = round(ok[-1]["engine_s"] / ok[0]["engine_s"], 3)
             h["peak_rss_max_bytes"] = max(p["peak_rss_bytes"] for p in ok)
+        evicting = [p["index"] for p in ok if p.get("caches_evicting")]
+        h["evicting_from_batch"] = evicting[0] + 1 if evicting else None
         return h
+
+    def backfill(self) -> dict[str, Any]:
+        from msgdedup.bench.airflow_run import run_backfill
+
+        sc = self.scale
+        log(f"backfill of {sc.history_batches} partitions through Airflow (batch service)")
+        partitions = [(b, self.input_dir(sc.history_messages, 0.0, k, stream="history"))
+                      for k, b in enumerate(self.history_batch_ids())]
+        r = run_backfill(partitions, self.fresh("backfill"), master=self.master,
+                         config=self.config_file(sc.history_cache_size), timeout=self.timeout).to_dict()
+        r["messages_per_partition"] = sc.history_messages
+        if not r.get("ok"):
+            self.failures.append(f"backfill: {r.get('error')}")
+            log(f"backfill not measured: {r.get('error')}")
+        else:
+            log(f"backfill: {r['per_partition_s']:.1f} s per partition")
+        return r
+
+    def demo(self) -> dict[str, Any]:
+        from msgdedup.bench.airflow_run import run_demo
+
+        log("make demo's command from a fresh home")
+        r = run_demo(self.fresh("demo"), timeout=self.timeout).to_dict()
+        if not r.get("ok"):
+            self.failures.append(f"demo: {r.get('error')}")
+        log(f"demo: {r.get('wall_s')} s ({r.get('partitions_s')} s for the partitions)")
+        return r
 
     def airflow(self, base: dict[str, Any]) -> dict[str, Any]:
         from msgdedup.bench.airflow_run import run_dag_once
@@ -271,18 +344,25 @@ class Bench:
         sc = self.scale
         all_peers = ("copy", "ours", "naive", "streaming", "gx_gate")
         for n in sc.sizes:
-            base = self.single(n, 0.0, sc.cache_sizes[0], all_peers)
+            peers = all_peers if n == sc.sizes[0] else sc.more_sizes_peers
+            base = self.single(n, 0.0, sc.cache_sizes[0], peers)
             results["scenarios"].append(base)
-            results["scenarios"].append(self.single(n, sc.hot_share, sc.cache_sizes[0], all_peers))
-            for cache in sc.cache_sizes[1:]:
+            results["scenarios"].append(self.single(n, sc.hot_share, sc.cache_sizes[0], peers))
+            for cache in sc.cache_sizes[1:] if n == sc.sizes[0] else ():
                 results["scenarios"].append(self.single(
                     n, 0.0, cache, ("ours", "gx_gate"),
                     copy_from={**(base["runs"].get("copy") or {}), "scenario": base["name"]}))
             if sc.airflow and n == sc.sizes[0]:
                 results["airflow"] = self.airflow(base)
+        if sc.per_batch_messages:
+            results["per_batch"] = self.per_batch()
         if sc.history_batches:
             log(f"history: {sc.history_batches} batches of {sc.history_messages:,} messages")
             results["history"] = self.history()
+            if sc.backfill and sc.airflow:
+                results["backfill"] = self.backfill()
+        if sc.demo and sc.airflow:
+            results["demo"] = self.demo()
         results["targets"] = report.targets(results)
         results["failures"] = self.failures
         results["finished_at"] = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -317,7 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--messages", type=int, nargs="*", help="override the single-batch sizes")
     p.add_argument("--history-batches", type=int)
     p.add_argument("--history-messages", type=int)
-    p.add_argument("--no-airflow", action="store_true", help="skip the whole-DAG run")
+    p.add_argument("--no-airflow", action="store_true", help="skip everything that runs Airflow (DAG run, "
+                   "backfill, demo)")
     p.add_argument("--spark-arg", action="append", default=None,
                    help="extra spark-submit argument for every app (repeat), e.g. --spark-arg=--driver-memory=4g")
     args = p.parse_args(argv)

@@ -117,3 +117,19 @@ def measure(command: list[str], *, env: dict[str, str] | None = None, cwd: str |
     return Measurement(command=[str(c) for c in command], wall_s=round(wall, 3),
                        peak_rss_bytes=sampler.peak, returncode=returncode, samples=sampler.samples,
                        log=str(log_file) if log_file else None, output_tail=tail)
+
+
+def event_log_conf(directory: Path) -> list[str]:
+    """spark-submit arguments that make the application write its event log into ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    return ["--conf", "spark.eventLog.enabled=true", "--conf", f"spark.eventLog.dir=file://{directory}"]
+
+
+def spark_jobs(directory: Path) -> int | None:
+    """Spark jobs the applications whose event logs are in ``directory`` ran (one
+    ``SparkListenerJobStart`` event each); None if there is no event log."""
+    logs = [p for p in directory.iterdir() if p.is_file()] if directory.is_dir() else []
+    if not logs:
+        return None
+    marker = '"Event":"SparkListenerJobStart"'
+    return sum(line.count(marker) for p in logs for line in p.open(encoding="utf-8", errors="replace"))

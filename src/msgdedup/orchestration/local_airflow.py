@@ -107,8 +107,9 @@ class LocalAirflow:
     plugins_folder: Path = PROJECT_ROOT / "plugins"
     parallelism: int = 2
     extra_config: dict[str, dict[str, str]] = field(default_factory=dict)
-    # Also run a batch service (master ``local[*]``) as a component, at :attr:`batch_service_socket`.
+    # Also run a batch service as a component, at :attr:`batch_service_socket`, on this master.
     batch_service: bool = False
+    batch_service_master: str = "local[*]"
 
     def __post_init__(self) -> None:
         self.home = Path(self.home).resolve()
@@ -241,8 +242,9 @@ class LocalAirflow:
 
     def command(self, component: str) -> list[str]:
         if component == BATCH_SERVICE:
-            return [str(self.bin / "spark-submit"), "--master", "local[*]", "--name", "msgdedup batch service",
-                    str(PROJECT_ROOT / "spark_apps" / "batch_service.py"), "--socket", str(self.batch_service_socket)]
+            return [str(self.bin / "spark-submit"), "--master", self.batch_service_master,
+                    "--name", "msgdedup batch service", str(PROJECT_ROOT / "spark_apps" / "batch_service.py"),
+                    "--socket", str(self.batch_service_socket)]
         args = [str(self.bin / "airflow"), component]
         if component == "api-server":
             args += ["--port", str(self.port), "--host", "127.0.0.1", "--workers", "1"]
