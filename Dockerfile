@@ -17,8 +17,9 @@ RUN pip install --no-cache-dir "uv==${UV_VERSION}"
 # initialises new volumes writable by it.
 ARG APP_UID=50000
 RUN useradd --create-home --uid "${APP_UID}" --gid 0 msgdedup \
- && mkdir -p /opt/msgdedup /opt/airflow/auth /opt/airflow/logs /data \
- && chown -R msgdedup:0 /opt/msgdedup /opt/airflow /data
+ && mkdir -p /opt/msgdedup /opt/airflow/auth /opt/airflow/logs /data /run/msgdedup \
+ && chown -R msgdedup:0 /opt/msgdedup /opt/airflow /data /run/msgdedup \
+ && chmod 0700 /run/msgdedup
 
 WORKDIR /opt/msgdedup
 USER msgdedup

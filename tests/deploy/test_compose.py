@@ -75,10 +75,11 @@ def test_compose_file_is_valid_and_interpolates_every_secret_from_env(tmp_path):
 
     config = yaml.safe_load(done.stdout)
     services = config["services"]
-    assert set(services) == AIRFLOW_SERVICES | {"postgres", "airflow-init", "spark-master", "spark-worker"}
+    assert set(services) == AIRFLOW_SERVICES | {"postgres", "airflow-init", "spark-master", "spark-worker",
+                                                "batch-service"}
 
     # One project image for Airflow and Spark, built from the Dockerfile.
-    for name in AIRFLOW_SERVICES | {"airflow-init", "spark-master", "spark-worker"}:
+    for name in AIRFLOW_SERVICES | {"airflow-init", "spark-master", "spark-worker", "batch-service"}:
         assert services[name]["build"]["dockerfile"] == "Dockerfile", name
         assert services[name]["image"] == services["spark-master"]["image"], name
     assert services["postgres"]["image"].startswith("postgres:")
@@ -100,8 +101,19 @@ def test_compose_file_is_valid_and_interpolates_every_secret_from_env(tmp_path):
     assert dict(environment_items(services["postgres"]))["POSTGRES_PASSWORD"] == values["POSTGRES_PASSWORD"]
     init_environment = dict(environment_items(services["airflow-init"]))
     assert init_environment["AIRFLOW_ADMIN_PASSWORD"] == values["AIRFLOW_ADMIN_PASSWORD"]
-    for name in ("spark-master", "spark-worker", "airflow-scheduler"):
+    for name in ("spark-master", "spark-worker", "airflow-scheduler", "batch-service"):
         assert dict(environment_items(services[name]))["SPARK_AUTH_SECRET"] == values["SPARK_AUTH_SECRET"], name
+    # The batch service: a driver on the cluster, its socket shared with the scheduler (where the
+    # tasks run) and named to the DAG by the Variable; nobody else mounts it, nothing publishes it.
+    service = services["batch-service"]
+    assert service["command"][:3] == ["spark-submit", "--master", "spark://spark-master:7077"]
+    socket_path = service["command"][service["command"].index("--socket") + 1]
+    assert scheduler["AIRFLOW_VAR_MSGDEDUP_BATCH_SERVICE"] == socket_path
+    mount = f"batch-service:{Path(socket_path).parent}"
+    mounting = {name for name, svc in services.items()
+                if any(str(v).startswith(mount) for v in svc.get("volumes") or [])}
+    assert {"batch-service", "airflow-scheduler"} <= mounting
+    assert "ports" not in service
     # Every Airflow component shares the same secrets (JWTs signed by one are checked by another).
     for name in AIRFLOW_SERVICES:
         env = dict(environment_items(services[name]))
