@@ -285,7 +285,9 @@ def serve(socket_path: str | Path) -> int:
     """The ``serve`` command: a SparkSession (master from spark-submit) serving requests."""
     from msgdedup import pipeline
     from msgdedup.engine import batch
+    from msgdedup.quality import gate
 
+    gate.preload_gx()  # while the JVM starts, not in the first request
     spark = batch.spark_session(PROG)
 
     def run(argv: list[str]) -> int:

@@ -130,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(request, int):
         return request
     started = time.monotonic()
+    gate.preload_gx()  # Great Expectations' import runs while the JVM starts
     spark = batch.spark_session(f"{PROG} {request.args.batch_id}")
     session_s = round(time.monotonic() - started, 3)
     try:
