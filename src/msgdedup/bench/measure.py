@@ -122,13 +122,15 @@ def measure(command: list[str], *, env: dict[str, str] | None = None, cwd: str |
 def event_log_conf(directory: Path) -> list[str]:
     """spark-submit arguments that make the application write its event log into ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
-    return ["--conf", "spark.eventLog.enabled=true", "--conf", f"spark.eventLog.dir=file://{directory}"]
+    # Spark 4 writes rolling, zstd-compressed logs by default: one plain JSON-lines file is countable.
+    return ["--conf", "spark.eventLog.enabled=true", "--conf", f"spark.eventLog.dir=file://{directory}",
+            "--conf", "spark.eventLog.rolling.enabled=false", "--conf", "spark.eventLog.compress=false"]
 
 
 def spark_jobs(directory: Path) -> int | None:
     """Spark jobs the applications whose event logs are in ``directory`` ran (one
     ``SparkListenerJobStart`` event each); None if there is no event log."""
-    logs = [p for p in directory.iterdir() if p.is_file()] if directory.is_dir() else []
+    logs = [p for p in directory.rglob("*") if p.is_file() and not p.name.startswith((".", "appstatus"))]
     if not logs:
         return None
     marker = '"Event":"SparkListenerJobStart"'
