@@ -317,3 +317,29 @@ def test_moving_an_address_to_another_domain_leaves_its_old_cache_as_it_was(tmp_
     assert {e["cache"] for e in second.snapshot_entries()} == {"a", "d"}
     _, (third,) = run(tmp_path / "3", [[message("m3", "a", 2, key="k")]], parse_settings(None), model)
     assert outcomes(third) == {"m3": ("duplicate", "m1")}
+
+
+# -- the spec's config examples are valid configs ------------------------------------------------------
+def test_the_yaml_examples_of_the_spec_parse():
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    text = (Path(__file__).parents[2] / "docs" / "semantics.md").read_text()
+    blocks = re.findall(r"```yaml\n(.*?)```", text, flags=re.S)
+    assert len(blocks) >= 2
+    for block in blocks:
+        parse_settings(yaml.safe_load(block))
+    example = parse_settings(yaml.safe_load(blocks[0]))
+    assert example.setting_for("jms.q").policy == "apama" and example.domain("orders.us") == "orders"
+    assert example.setting_for("sqs.q").duplicate_window_us == 300_000_000
+    copied = parse_settings(yaml.safe_load(blocks[1])).setting_for("orders")
+    assert (copied.per_source_window, copied.expiry_seconds, copied.domain) == (500, 300, "orders-all")
+
+
+def test_apama_worked_example_row_8(tmp_path):
+    """The shared queue is ordered by instant, not by when keys moved into it."""
+    _, (result,) = run(tmp_path, [APAMA_EXAMPLE[:8]], APAMA)
+    assert queues(result, "jms") == {"A": [("a4", 20), ("a5", 21)], "B": [("b1", 2)],
+                                     "shared": [("a1", 0), ("a3", 3), ("a2", 5)]}
