@@ -46,6 +46,9 @@ DEFAULT_EXPIRY_SECONDS = 120
 """Apama's default ``dupDetectionExpiryTimeSecs`` (2 minutes)."""
 DEFAULT_DUPLICATE_WINDOW_US = 120 * 1_000_000
 """NATS JetStream's default ``duplicate_window`` (2 minutes), in microseconds like received_at."""
+MAX_WINDOW_SECONDS = 10000 * 366 * 86400
+"""Longer than any two ``received_at`` can be apart (years 1 to 9999): a window beyond it is a
+mistake, and refusing it keeps every instant arithmetic within 64 bits for the engine."""
 
 # The keys each policy's entry may carry, so a typo or a key of another policy is always caught
 # instead of silently ignored.
@@ -156,6 +159,8 @@ def parse_duration_us(value: Any, where: str) -> int:
             f"{where} must be longer than 0, got {value!r} "
             f"(to turn detection off use policy count with id_cache_size: 0)"
         )
+    if microseconds > MAX_WINDOW_SECONDS * 1_000_000:
+        raise ConfigError(f"{where} must be at most 10000 years, got {value!r}")
     return microseconds
 
 
@@ -371,6 +376,9 @@ def _parse_entry(body: dict, where: str) -> AddressSetting:
                                    "0 disables the per-sender queues")
         expiry = _whole_number(body, "expiry_seconds", DEFAULT_EXPIRY_SECONDS, where,
                                "0 disables time expiry")
+        if expiry > MAX_WINDOW_SECONDS:
+            raise ConfigError(f"{where}: expiry_seconds must be at most {MAX_WINDOW_SECONDS} (10000 years), "
+                              f"got {expiry}")
         if per_source == 0 and expiry == 0:
             # Apama leaves this undefined: remember nothing, or every id forever. See §8.2.
             raise ConfigError(

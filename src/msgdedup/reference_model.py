@@ -344,14 +344,10 @@ class ReferenceModel:
 
 def _carried(name: str, cache, settings: AddressSettings):
     """A parent's cache under this batch's config (§5, §8.5), as a new object."""
-    entries = cache.entries
-    if entries:
-        address = entries[0].address
-        setting = settings.setting_for(address)
-        domain = setting.domain_of(address)
+    for entry in cache.entries:
+        setting = settings.setting_for(entry.address)
+        domain = setting.domain_of(entry.address)
         if name in (domain, bridge_cache_name(domain)):
-            if setting.policy == COUNT and not setting.checks:
-                return Cache(size=0, last_seq=cache.last_seq)
             return cache.reconfigured(setting)
     # Empty (it is configured when next used), or no address uses it any more (its addresses moved
     # to another domain): carried unchanged, so that moving them back finds it as it was.

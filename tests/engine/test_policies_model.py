@@ -343,3 +343,12 @@ def test_apama_worked_example_row_8(tmp_path):
     _, (result,) = run(tmp_path, [APAMA_EXAMPLE[:8]], APAMA)
     assert queues(result, "jms") == {"A": [("a4", 20), ("a5", 21)], "B": [("b1", 2)],
                                      "shared": [("a1", 0), ("a3", 3), ("a2", 5)]}
+
+
+def test_a_domain_some_addresses_leave_keeps_the_window_of_those_that_stay(tmp_path):
+    before = parse_settings({"address_settings": {"a": {"domain": "d", "id_cache_size": 5},
+                                                  "b": {"domain": "d", "id_cache_size": 5}}})
+    after = parse_settings({"address_settings": {"a": {"domain": "e"}, "b": {"domain": "d", "id_cache_size": 1}}})
+    model, _ = run(tmp_path, [[message("m1", "b", 0, key="k1"), message("m2", "a", 1, key="k2")]], before)
+    _, (second,) = run(tmp_path / "2", [[]], after, model)
+    assert [e["dedup_key"] for e in second.snapshot_entries() if e["cache"] == "d"] == ["k2"]
