@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -135,12 +136,13 @@ def parse_duration_us(value: Any, where: str) -> int:
     if isinstance(value, int):
         microseconds = value * 1_000_000
     elif isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
+        if not math.isfinite(value):
             raise ConfigError(f"{where} must be a finite number of seconds, got {value!r}")
         microseconds = round(value * 1_000_000)
     elif isinstance(value, str):
-        match = _ISO_DURATION.fullmatch(value.strip().upper())
-        if match is None or value.strip().upper() in ("P", "PT") or value.strip().upper().endswith("T"):
+        text = value.strip().upper()
+        match = _ISO_DURATION.fullmatch(text)
+        if match is None or text == "P" or text.endswith("T"):  # the pattern lets these empty forms through
             raise ConfigError(
                 f"{where} must be an ISO-8601 duration like PT2M, PT90S or P1DT2H "
                 f"(days, hours, minutes, seconds; no years or months) or a number of seconds, got {value!r}"

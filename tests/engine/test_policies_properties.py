@@ -179,8 +179,8 @@ MIXED = st.builds(
 
 @settings(max_examples=60, deadline=None)
 @given(batches=timed_batches(transactions=True, addresses=("c", "t", "j", "d.x", "d.y"), go_back=False),
-       config=MIXED, data=st.data())
-def test_a_stream_cut_into_batches_is_the_stream_in_one_batch(tmp_path_factory, batches, config, data):
+       config=MIXED)
+def test_a_stream_cut_into_batches_is_the_stream_in_one_batch(tmp_path_factory, batches, config):
     whole = [env for envelopes in batches for env in envelopes]
     _, (one,) = _run_batches(tmp_path_factory, [whole], config)
     _, cut = _run_batches(tmp_path_factory, batches, config)
