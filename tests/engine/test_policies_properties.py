@@ -243,3 +243,37 @@ def test_a_time_window_change_keeps_what_is_still_inside(tmp_path_factory, batch
         clock = max(e["received_at_us"] for e in old)
         assert [e for e in second.snapshot_entries() if e["cache"] == cache] == [
             e for e in old if clock - e["received_at_us"] <= after * US]
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches=timed_batches(transactions=True, addresses=("c", "t", "j", "d.x", "d.y")),
+       configs=st.lists(MIXED, min_size=3, max_size=3))
+def test_after_any_config_change_every_cache_is_within_its_new_window(tmp_path_factory, batches, configs):
+    """Config changes (windows, and policy switches of the domain 'd') between every two batches:
+    each snapshot is within the windows of its batch's config, and re-running gives it again."""
+    model, directory = ReferenceModel(), tmp_path_factory.mktemp("changes")
+    for index, envelopes in enumerate(batches):
+        config, batch_id = configs[index], f"2026-11-21T{index:02d}"
+        lines = write_batch(directory / str(index), {"part-0.jsonl": envelopes})
+        result = model.run_batch(batch_id, lines, config)
+        for name, cache in result.caches.items():
+            rows = [e for e in result.snapshot_entries() if e["cache"] == name]
+            if not rows:
+                continue
+            setting = config.setting_for(rows[0]["address"])
+            assert setting.policy == {"Cache": "count", "TimeCache": "time", "ApamaCache": "apama"}[
+                type(cache).__name__]
+            if setting.policy == "count":
+                assert len(rows) <= setting.id_cache_size
+            elif setting.policy == "time":
+                instants = [e["received_at_us"] for e in rows]
+                assert max(instants) - min(instants) <= setting.duplicate_window_us
+                assert setting.id_cache_size is None or len(rows) <= setting.id_cache_size
+            else:
+                for source in SOURCES:
+                    queue = [e for e in rows if e["queue"] == "sender" and e["source_id"] == source]
+                    assert len(queue) <= setting.per_source_window
+                shared = [e["received_at_us"] for e in rows if e["queue"] == "shared"]
+                assert not shared or max(shared) - min(shared) <= setting.expiry_seconds * US
+        again = model.run_batch(batch_id, lines, config)
+        assert _outcomes([again]) == _outcomes([result]) and _final_state(again) == _final_state(result)
