@@ -1,15 +1,28 @@
-"""Address settings: which ID cache size applies to which address.
+"""Address settings: which duplicate-detection window applies to which address.
 
 Users already know Artemis' ``<address-settings>``, so the configuration reads the same way:
 a match pattern per entry, ``#`` for any number of words, ``*`` for exactly one, words
-separated by ``.``, and the most specific match wins. The YAML file is validated once, at
-the edge, and every mistake is reported with where it is and what was expected.
+separated by ``.``, and the most specific match wins (the whole entry: settings are not merged
+across matches). The YAML file is validated once, at the edge, and every mistake is reported
+with where it is and what was expected.
+
+Each entry picks a ``policy`` (docs/semantics.md §8):
+
+- ``count`` (the default): Artemis' last ``id_cache_size`` accepted keys;
+- ``apama``: Apama's per-sender queues (``per_source_window``) whose overflow expires by time
+  (``expiry_seconds``);
+- ``time``: NATS-style ``duplicate_window``, optionally capped by ``id_cache_size``.
+
+``domain: NAME`` makes every address of the entry share the cache ``NAME`` (Apama's
+dupDetectionDomainId); by default an address is its own domain, as before.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Mapping
@@ -23,10 +36,32 @@ ANY_WORDS = "#"
 ONE_WORD = "*"
 WORD_SEPARATOR = "."
 
-# The keys an address-settings entry may carry. Later features (time windows, per-sender
-# windows, ...) add theirs here, so a typo is always caught instead of silently ignored.
-ENTRY_KEYS = {"id_cache_size"}
+COUNT = "count"
+APAMA = "apama"
+TIME = "time"
+POLICIES = (COUNT, APAMA, TIME)
+
+DEFAULT_PER_SOURCE_WINDOW = 2000
+"""Apama's default ``dupDetectionPerSourceExpiryWindowSize``."""
+DEFAULT_EXPIRY_SECONDS = 120
+"""Apama's default ``dupDetectionExpiryTimeSecs`` (2 minutes)."""
+DEFAULT_DUPLICATE_WINDOW_US = 120 * 1_000_000
+"""NATS JetStream's default ``duplicate_window`` (2 minutes), in microseconds like received_at."""
+MAX_WINDOW_SECONDS = 10000 * 366 * 86400
+"""Longer than any two ``received_at`` can be apart (years 1 to 9999): a window beyond it is a
+mistake, and refusing it keeps every instant arithmetic within 64 bits for the engine."""
+
+# The keys each policy's entry may carry, so a typo or a key of another policy is always caught
+# instead of silently ignored.
+POLICY_KEYS = {
+    COUNT: {"id_cache_size"},
+    APAMA: {"per_source_window", "expiry_seconds"},
+    TIME: {"duplicate_window", "id_cache_size"},
+}
+COMMON_KEYS = {"policy", "domain"}
+ENTRY_KEYS = COMMON_KEYS | set().union(*POLICY_KEYS.values())
 TOP_LEVEL_KEYS = {"address_settings"}
+BRIDGE_PREFIX = "BRIDGE."
 
 
 class ConfigError(ValueError):
@@ -35,7 +70,100 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class AddressSetting:
-    id_cache_size: int
+    """One entry, normalised: the policy, its window and the domain (None: the address itself).
+
+    ``id_cache_size`` keeps its old meaning for ``count``; for ``time`` it is the optional count
+    cap (None: no cap) and for ``apama`` it is None. Times are whole microseconds, the unit of
+    ``received_at``, so comparisons are exact.
+    """
+
+    id_cache_size: int | None = DEFAULT_ID_CACHE_SIZE
+    policy: str = COUNT
+    per_source_window: int | None = None
+    expiry_seconds: int | None = None
+    duplicate_window_us: int | None = None
+    domain: str | None = None
+
+    @property
+    def window(self) -> tuple:
+        """What the cache remembers; addresses sharing a domain must agree on it."""
+        return (self.policy, self.id_cache_size, self.per_source_window, self.expiry_seconds,
+                self.duplicate_window_us)
+
+    @property
+    def checks(self) -> bool:
+        """False only for Artemis' ``id_cache_size: 0``, the one way to turn detection off."""
+        return not (self.policy == COUNT and self.id_cache_size == 0)
+
+    def domain_of(self, address: str) -> str:
+        return self.domain if self.domain is not None else address
+
+    def as_dict(self) -> dict[str, Any]:
+        """The entry as written, normalised; a plain count entry stays ``{id_cache_size: N}``."""
+        out: dict[str, Any] = {}
+        if self.policy != COUNT:
+            out["policy"] = self.policy
+        if self.policy == APAMA:
+            out["per_source_window"] = self.per_source_window
+            out["expiry_seconds"] = self.expiry_seconds
+        if self.policy == TIME:
+            out["duplicate_window"] = _seconds_text(self.duplicate_window_us)
+        if self.id_cache_size is not None:
+            out["id_cache_size"] = self.id_cache_size
+        if self.domain is not None:
+            out["domain"] = self.domain
+        return out
+
+
+def _seconds_text(microseconds: int) -> int | float:
+    seconds, rest = divmod(microseconds, 1_000_000)
+    return seconds if rest == 0 else microseconds / 1_000_000
+
+
+_ISO_DURATION = re.compile(
+    r"P(?:(?P<weeks>\d+)W|(?:(?P<days>\d+)D)?"
+    r"(?:T(?:(?P<hours>\d+)H)?(?:(?P<minutes>\d+)M)?(?:(?P<seconds>\d+(?:[.,]\d{1,6})?)S)?)?)"
+)
+
+
+def parse_duration_us(value: Any, where: str) -> int:
+    """An ISO-8601 duration (``PT2M``, ``P1DT12H``, ``PT0.5S``) or a number of seconds, in us.
+
+    Years and months are refused: they have no fixed length, and a window must have one.
+    """
+    if isinstance(value, bool):
+        raise ConfigError(f"{where} must be an ISO-8601 duration like PT2M or a number of seconds, got {value!r}")
+    if isinstance(value, int):
+        microseconds = value * 1_000_000
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ConfigError(f"{where} must be a finite number of seconds, got {value!r}")
+        microseconds = round(value * 1_000_000)
+    elif isinstance(value, str):
+        text = value.strip().upper()
+        match = _ISO_DURATION.fullmatch(text)
+        if match is None or text == "P" or text.endswith("T"):  # the pattern lets these empty forms through
+            raise ConfigError(
+                f"{where} must be an ISO-8601 duration like PT2M, PT90S or P1DT2H "
+                f"(days, hours, minutes, seconds; no years or months) or a number of seconds, got {value!r}"
+            )
+        parts = {k: v for k, v in match.groupdict().items() if v is not None}
+        seconds_text = parts.get("seconds", "0").replace(",", ".")
+        whole, _, fraction = seconds_text.partition(".")
+        microseconds = (
+            int(parts.get("weeks", 0)) * 7 * 86400 + int(parts.get("days", 0)) * 86400
+            + int(parts.get("hours", 0)) * 3600 + int(parts.get("minutes", 0)) * 60 + int(whole)
+        ) * 1_000_000 + int((fraction + "000000")[:6])
+    else:
+        raise ConfigError(f"{where} must be an ISO-8601 duration like PT2M or a number of seconds, got {value!r}")
+    if microseconds <= 0:
+        raise ConfigError(
+            f"{where} must be longer than 0, got {value!r} "
+            f"(to turn detection off use policy count with id_cache_size: 0)"
+        )
+    if microseconds > MAX_WINDOW_SECONDS * 1_000_000:
+        raise ConfigError(f"{where} must be at most 10000 years, got {value!r}")
+    return microseconds
 
 
 def _words(text: str) -> list[str]:
@@ -96,7 +224,10 @@ def specificity(pattern: str) -> tuple:
 
 @dataclass(frozen=True)
 class AddressSettings:
-    """The validated address settings; ``id_cache_size(address)`` is all the engine asks."""
+    """The validated address settings; ``setting_for(address)`` is all the engine asks.
+
+    ``id_cache_size(address)`` stays for the count-only engine (see ``check_engine_support``).
+    """
 
     entries: Mapping[str, AddressSetting] = field(default_factory=dict)
 
@@ -104,24 +235,69 @@ class AddressSettings:
         ordered = sorted(self.entries, key=specificity)
         object.__setattr__(self, "_ordered", tuple(ordered))
         object.__setattr__(self, "_cache", {})
+        declared: dict[str, tuple[str, AddressSetting]] = {}
+        for pattern, setting in sorted(self.entries.items()):
+            if setting.domain is not None:
+                declared.setdefault(setting.domain, (pattern, setting))
+        object.__setattr__(self, "_declared", declared)
+
+    def matching_pattern(self, address: str) -> str | None:
+        """The most specific entry matching ``address``, None for the defaults."""
+        for pattern in self._ordered:
+            if pattern_matches(pattern, address):
+                return pattern
+        return None
 
     def setting_for(self, address: str) -> AddressSetting:
         cached = self._cache.get(address)
         if cached is not None:
             return cached
-        found = AddressSetting(id_cache_size=DEFAULT_ID_CACHE_SIZE)
-        for pattern in self._ordered:
-            if pattern_matches(pattern, address):
-                found = self.entries[pattern]
-                break
+        pattern = self.matching_pattern(address)
+        found = AddressSetting(id_cache_size=DEFAULT_ID_CACHE_SIZE) if pattern is None else self.entries[pattern]
+        if found.domain is None and address in self._declared:
+            conflict = self.namesake_conflict(address)
+            if conflict:
+                # Only an address that is also a declared domain's name gets here, and only when a
+                # wildcard or the default gave it another window: nothing at parse time could tell.
+                raise ConfigError(conflict)
         self._cache[address] = found
         return found
+
+    def namesake_conflict(self, domain: str) -> str | None:
+        """An address named like a domain, in no other domain, is in that domain (Apama shares a
+        cache by name); it must then have the domain's window."""
+        pattern = self.matching_pattern(domain)
+        own = AddressSetting(id_cache_size=DEFAULT_ID_CACHE_SIZE) if pattern is None else self.entries[pattern]
+        declared_by, setting = self._declared[domain]
+        if own.domain is not None or own.window == setting.window:
+            return None
+        return (f"address {domain!r} is its own domain and so shares cache {domain!r} with "
+                f"{declared_by!r}, but not its window ({_describe(own)} vs {_describe(setting)}); "
+                f"give {domain!r} domain: {domain} with the same window, or rename the domain")
 
     def id_cache_size(self, address: str) -> int:
         return self.setting_for(address).id_cache_size
 
+    def domain(self, address: str) -> str:
+        """The name of the cache an address's ``_AMQ_DUPL_ID`` keys are checked in."""
+        return self.setting_for(address).domain_of(address)
+
+    def check_engine_support(self) -> None:
+        """Raise ConfigError naming the first entry the Spark engine cannot run yet.
+
+        The engine knows only Artemis' count window on a cache per address; running it on a
+        config that asks for more would silently give other results than the model and the docs.
+        """
+        for pattern, setting in sorted(self.entries.items()):
+            if setting.policy != COUNT:
+                raise ConfigError(
+                    f"policy {setting.policy} of address {pattern!r} is not supported by the Spark engine yet")
+            if setting.domain is not None:
+                raise ConfigError(
+                    f"domain {setting.domain!r} of address {pattern!r} is not supported by the Spark engine yet")
+
     def as_dict(self) -> dict[str, dict[str, Any]]:
-        return {p: {"id_cache_size": s.id_cache_size} for p, s in sorted(self.entries.items())}
+        return {p: s.as_dict() for p, s in sorted(self.entries.items())}
 
     def fingerprint(self) -> str:
         canonical = json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
@@ -157,14 +333,102 @@ def parse_settings(document: Any, source: str = "config") -> AddressSettings:
         where = f"{source}: address_settings[{pattern!r}]"
         if not isinstance(body, dict):
             raise ConfigError(f"{where} must be a mapping like {{id_cache_size: 20000}}")
-        _reject_unknown_keys(body, ENTRY_KEYS, where)
-        size = body.get("id_cache_size", DEFAULT_ID_CACHE_SIZE)
-        if isinstance(size, bool) or not isinstance(size, int):
-            raise ConfigError(f"{where}: id_cache_size must be a whole number, got {size!r}")
-        if size < 0:
-            raise ConfigError(f"{where}: id_cache_size must be >= 0 (0 turns detection off), got {size}")
-        entries[pattern] = AddressSetting(id_cache_size=size)
+        entries[pattern] = _parse_entry(body, where)
+    _check_domains(entries, source)
     return AddressSettings(entries)
+
+
+def _whole_number(body: dict, key: str, default: int | None, where: str, meaning: str) -> int | None:
+    value = body.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{where}: {key} must be a whole number, got {value!r}")
+    if value < 0:
+        raise ConfigError(f"{where}: {key} must be >= 0 ({meaning}), got {value}")
+    return value
+
+
+def _parse_entry(body: dict, where: str) -> AddressSetting:
+    _reject_unknown_keys(body, ENTRY_KEYS, where)
+    policy = body.get("policy", COUNT)
+    if policy not in POLICIES:
+        raise ConfigError(f"{where}: unknown policy {policy!r}; allowed: {', '.join(POLICIES)}")
+    foreign = sorted(set(body) - COMMON_KEYS - POLICY_KEYS[policy])
+    if foreign:
+        owners = [p for p in POLICIES if foreign[0] in POLICY_KEYS[p]]
+        raise ConfigError(
+            f"{where}: {foreign[0]} belongs to policy {' or '.join(owners)}, not {policy} "
+            f"(keys of policy {policy}: {', '.join(sorted(POLICY_KEYS[policy] | COMMON_KEYS))})"
+        )
+    domain = body.get("domain")
+    if domain is not None:
+        if not isinstance(domain, str) or domain == "":
+            raise ConfigError(f"{where}: domain must be a non-empty string (a cache name), got {domain!r}")
+        if ANY_WORDS in domain or ONE_WORD in domain:
+            raise ConfigError(f"{where}: domain {domain!r} is a cache name, not a match: no '#' or '*'")
+        if domain.startswith(BRIDGE_PREFIX):
+            raise ConfigError(f"{where}: domain {domain!r} may not start with {BRIDGE_PREFIX!r} "
+                              f"(that names the bridge cache of a domain)")
+    if policy == COUNT:
+        size = _whole_number(body, "id_cache_size", DEFAULT_ID_CACHE_SIZE, where, "0 turns detection off")
+        return AddressSetting(id_cache_size=size, domain=domain)
+    if policy == APAMA:
+        per_source = _whole_number(body, "per_source_window", DEFAULT_PER_SOURCE_WINDOW, where,
+                                   "0 disables the per-sender queues")
+        expiry = _whole_number(body, "expiry_seconds", DEFAULT_EXPIRY_SECONDS, where,
+                               "0 disables time expiry")
+        if expiry > MAX_WINDOW_SECONDS:
+            raise ConfigError(f"{where}: expiry_seconds must be at most {MAX_WINDOW_SECONDS} (10000 years), "
+                              f"got {expiry}")
+        if per_source == 0 and expiry == 0:
+            # Apama leaves this undefined: remember nothing, or every id forever. See §8.2.
+            raise ConfigError(
+                f"{where}: per_source_window and expiry_seconds are both 0, which would remember "
+                f"every id forever or none; set one of them (to turn detection off use policy "
+                f"count with id_cache_size: 0)"
+            )
+        return AddressSetting(id_cache_size=None, policy=APAMA, per_source_window=per_source,
+                              expiry_seconds=expiry, domain=domain)
+    window = parse_duration_us(body.get("duplicate_window", DEFAULT_DUPLICATE_WINDOW_US // 1_000_000),
+                               f"{where}: duplicate_window")
+    cap = _whole_number(body, "id_cache_size", None, where, "a count cap on the time window")
+    if cap == 0:
+        raise ConfigError(
+            f"{where}: id_cache_size 0 with policy time would forget every id at once; leave it out "
+            f"for no count cap (to turn detection off use policy count with id_cache_size: 0)"
+        )
+    return AddressSetting(id_cache_size=cap, policy=TIME, duplicate_window_us=window, domain=domain)
+
+
+def _check_domains(entries: dict[str, AddressSetting], source: str) -> None:
+    """Every cache has one window: the entries naming a domain, and the address that has the
+    domain's name (which is its own domain unless its entry says otherwise), must agree."""
+    settings = AddressSettings(entries)
+    declared: dict[str, tuple[str, AddressSetting]] = {}
+    for pattern, setting in sorted(entries.items()):
+        if setting.domain is None:
+            continue
+        first = declared.setdefault(setting.domain, (pattern, setting))
+        if first[1].window != setting.window:
+            raise ConfigError(
+                f"{source}: addresses {first[0]!r} and {pattern!r} share domain {setting.domain!r} "
+                f"but not its window ({_describe(first[1])} vs {_describe(setting)}); one cache has one window"
+            )
+    for domain in sorted(declared):
+        if not _is_literal(settings.matching_pattern(domain)):
+            continue  # matched by a wildcard or the default: checked if that address ever shows up
+        conflict = settings.namesake_conflict(domain)
+        if conflict:
+            raise ConfigError(f"{source}: {conflict}")
+
+
+def _is_literal(pattern: str | None) -> bool:
+    return pattern is not None and ANY_WORDS not in _words(pattern) and ONE_WORD not in _words(pattern)
+
+
+def _describe(setting: AddressSetting) -> str:
+    return " ".join(f"{k}={v}" for k, v in setting.as_dict().items() if k != "domain") or "count"
 
 
 def load_settings(path: str | None) -> AddressSettings:

@@ -5,16 +5,22 @@ message by message. It favours obviousness over speed (caches are scanned linear
 held in memory), and it shares only the envelope parser with the engine, so that the engine's
 ordering, unit building, cache window and commit logic are checked against an independent
 implementation.
+
+The count cache is Artemis' ring (§3). The two other policies of §8 sit beside it with the same
+small interface (``find``, ``accept``, ``on_duplicate``, ``reconfigured``), so that deciding a
+unit (§4) reads the same whatever the policy: ``TimeCache`` (a NATS-style duplicate window) and
+``ApamaCache`` (Apama's per-sender queues and shared time queue, in the seed's words).
 """
 
 from __future__ import annotations
 
+from bisect import insort
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from msgdedup.config import AddressSettings
+from msgdedup.config import APAMA, COUNT, TIME, AddressSetting, AddressSettings
 from msgdedup.envelope import InvalidLine, Message, parse_line, printable_raw_line
-from msgdedup.keys import cache_key
+from msgdedup.keys import bridge_cache_name, cache_key
 
 DELIVERED = "delivered"
 DUPLICATE = "duplicate"
@@ -35,33 +41,229 @@ class CacheEntry:
     message_id: str
     address: str
     batch_id: str
+    instant: int | None = None
+    """Time and Apama caches: the cache's time (µs) when the key entered it (§8)."""
+    source: str | None = None
+    """Apama caches: the sender (``source_id``) whose queue the key entered."""
 
 
 @dataclass
 class Cache:
-    """A fixed-size ring of accepted keys, oldest first (spec §3)."""
+    """A fixed-size ring of accepted keys, oldest first (spec §3): policy ``count``."""
 
     size: int
     last_seq: int = 0
     entries: deque = field(default_factory=deque)
 
-    def find(self, key: str) -> CacheEntry | None:
+    def find(self, key: str, at: int | None = None) -> CacheEntry | None:
         for entry in self.entries:
             if entry.key == key:
                 return entry
         return None
 
-    def accept(self, key: str, message_id: str, address: str, batch_id: str) -> int:
+    def accept(self, key: str, message_id: str, address: str, batch_id: str,
+               at: int | None = None, source: str | None = None) -> int:
         self.last_seq += 1
         self.entries.append(CacheEntry(key, self.last_seq, message_id, address, batch_id))
         while len(self.entries) > self.size:
             self.entries.popleft()
         return self.last_seq
 
+    def on_duplicate(self, entry: CacheEntry, source: str | None, at: int) -> None:
+        """A found entry is not refreshed or moved (§3)."""
+
     def resized(self, size: int) -> "Cache":
         """A shrinking cache keeps its newest entries (spec §5)."""
         kept = list(self.entries)[-size:] if size > 0 else []
         return Cache(size=size, last_seq=self.last_seq, entries=deque(kept))
+
+    def fits(self, setting: AddressSetting) -> bool:
+        return setting.policy == COUNT and setting.id_cache_size == self.size
+
+    def reconfigured(self, setting: AddressSetting):
+        if setting.policy == COUNT:
+            return self.resized(setting.id_cache_size)
+        return _new_cache(setting, self.last_seq, clock=None)  # §8.5: another policy starts empty
+
+    def state(self) -> tuple:
+        return tuple(self.entries)
+
+    def rows(self) -> list[tuple[CacheEntry, dict]]:
+        return [(entry, {}) for entry in self.entries]
+
+
+def _later(at: int, clock: int | None) -> int:
+    """§8.4: a cache's time never goes back; a unit older than the cache's newest key happens,
+    for that cache, at the time of that newest key."""
+    return at if clock is None else max(at, clock)
+
+
+@dataclass
+class TimeCache:
+    """Policy ``time`` (§8.3): the keys accepted within the last ``duplicate_window``, and, with
+    ``id_cache_size``, only the last that many of them. Instants never decrease along the queue
+    (``_later``), so both limits expire from its head."""
+
+    window_us: int
+    cap: int | None
+    last_seq: int = 0
+    clock: int | None = None
+    entries: deque = field(default_factory=deque)
+
+    def find(self, key: str, at: int) -> CacheEntry | None:
+        now = _later(at, self.clock)
+        for entry in self.entries:
+            if entry.key == key and now - entry.instant <= self.window_us:
+                return entry
+        return None
+
+    def accept(self, key: str, message_id: str, address: str, batch_id: str,
+               at: int, source: str | None = None) -> int:
+        self.clock = _later(at, self.clock)
+        self.last_seq += 1
+        self.entries.append(CacheEntry(key, self.last_seq, message_id, address, batch_id, self.clock))
+        self._expire()
+        return self.last_seq
+
+    def on_duplicate(self, entry: CacheEntry, source: str | None, at: int) -> None:
+        """No refresh on a hit (§8.3): the window counts from the accepted message."""
+
+    def _expire(self) -> None:
+        while self.entries and self.clock - self.entries[0].instant > self.window_us:
+            self.entries.popleft()
+        while self.cap is not None and len(self.entries) > self.cap:
+            self.entries.popleft()
+
+    def fits(self, setting: AddressSetting) -> bool:
+        return setting.policy == TIME and (setting.duplicate_window_us, setting.id_cache_size) == (
+            self.window_us, self.cap)
+
+    def reconfigured(self, setting: AddressSetting):
+        """§8.5: a shorter window or a smaller cap drops what falls out; another policy starts empty."""
+        if setting.policy != TIME:
+            return _new_cache(setting, self.last_seq, self.clock)
+        cache = TimeCache(setting.duplicate_window_us, setting.id_cache_size, self.last_seq, self.clock,
+                          deque(self.entries))
+        cache._expire()
+        return cache
+
+    def state(self) -> tuple:
+        return (self.clock, tuple(self.entries))
+
+    def rows(self) -> list[tuple[CacheEntry, dict]]:
+        return [(entry, {"received_at_us": entry.instant}) for entry in self.entries]
+
+
+@dataclass
+class ApamaCache:
+    """Policy ``apama`` (§8.2), the seed's last paragraphs as data:
+
+    "a set of fixed-size per-sourceId queues, and when the queue is full the oldest items are
+    expired to a shared queue ordered by timestamp whose items are expired based on a time window."
+    Messages without ``source_id`` all share one queue (the key ``None``).
+    """
+
+    per_source_window: int
+    expiry_us: int
+    last_seq: int = 0
+    clock: int | None = None
+    senders: dict = field(default_factory=dict)  # source_id -> deque of entries, oldest first
+    shared: list = field(default_factory=list)   # entries ordered by (instant, seq)
+
+    @property
+    def entries(self) -> list[CacheEntry]:
+        return [entry for _, queue in self._senders_in_order() for entry in queue] + list(self.shared)
+
+    def find(self, key: str, at: int | None = None) -> CacheEntry | None:
+        """"The uniqueMessageId is expected to be unique across all messages within the domain,
+        including messages with different messageSourceIds": every queue is searched."""
+        for entry in self.entries:
+            if entry.key == key:
+                return entry
+        return None
+
+    def accept(self, key: str, message_id: str, address: str, batch_id: str,
+               at: int, source: str | None = None) -> int:
+        self.clock = _later(at, self.clock)
+        self.last_seq += 1
+        entry = CacheEntry(key, self.last_seq, message_id, address, batch_id, self.clock, source)
+        if self.per_source_window == 0:
+            self._to_shared(entry)  # per-sender queues disabled: straight to the time queue
+            return self.last_seq
+        queue = self.senders.setdefault(source, deque())
+        queue.append(entry)
+        # "expired from the per-source queue (and moved to the time-based queue) when it is full of newer ids"
+        while len(queue) > self.per_source_window:
+            self._to_shared(queue.popleft())
+        return self.last_seq
+
+    def on_duplicate(self, entry: CacheEntry, source: str | None, at: int) -> None:
+        """"... or when a newer message with the same uniqueMessageId already in the queue for that
+        source is received." The id enters the time queue at the time that newer message was
+        received (the queue is "ordered by time received"), still naming the accepted message.
+        A hit in another sender's queue or in the shared queue changes nothing (§8.2)."""
+        queue = self.senders.get(source)
+        if queue is not None and entry in queue:
+            queue.remove(entry)
+            if not queue:
+                del self.senders[source]
+            self.clock = _later(at, self.clock)
+            self._to_shared(replace(entry, instant=self.clock))
+
+    def _to_shared(self, entry: CacheEntry) -> None:
+        """"Expired from the time-based queue when older than the newest item in it by more than
+        dupDetectionExpiryTimeSecs"; with expiry 0 there is no time queue and the id is forgotten."""
+        if self.expiry_us == 0:
+            return
+        insort(self.shared, entry, key=lambda e: (e.instant, e.seq))
+        newest = self.shared[-1].instant
+        self.shared = [e for e in self.shared if newest - e.instant <= self.expiry_us]
+
+    def _senders_in_order(self):
+        return sorted(self.senders.items(), key=lambda item: (item[0] is not None, item[0] or ""))
+
+    def fits(self, setting: AddressSetting) -> bool:
+        return setting.policy == APAMA and (setting.per_source_window, setting.expiry_seconds * 1_000_000) == (
+            self.per_source_window, self.expiry_us)
+
+    def reconfigured(self, setting: AddressSetting):
+        """§8.5: the new limits applied by the seed's own rules: a smaller per-sender window moves
+        each sender's oldest ids to the time queue, a shorter expiry drops what falls out of it."""
+        if setting.policy != APAMA:
+            return _new_cache(setting, self.last_seq, self.clock)
+        cache = ApamaCache(setting.per_source_window, setting.expiry_seconds * 1_000_000,
+                           self.last_seq, self.clock)
+        for entry in self.shared:
+            cache._to_shared(entry)
+        for source, queue in self._senders_in_order():
+            kept = list(queue)
+            if cache.per_source_window == 0:
+                moved, kept = kept, []
+            else:
+                moved, kept = kept[:-cache.per_source_window], kept[-cache.per_source_window:]
+            for entry in moved:
+                cache._to_shared(entry)
+            if kept:
+                cache.senders[source] = deque(kept)
+        return cache
+
+    def state(self) -> tuple:
+        return (self.clock, tuple((s, tuple(q)) for s, q in self._senders_in_order()), tuple(self.shared))
+
+    def rows(self) -> list[tuple[CacheEntry, dict]]:
+        rows = [(e, {"received_at_us": e.instant, "source_id": s, "queue": "sender"})
+                for s, queue in self._senders_in_order() for e in queue]
+        return rows + [(e, {"received_at_us": e.instant, "source_id": e.source, "queue": "shared"})
+                       for e in self.shared]
+
+
+def _new_cache(setting: AddressSetting, last_seq: int = 0, clock: int | None = None):
+    """An empty cache of the setting's policy; its acceptance counter continues (§3)."""
+    if setting.policy == TIME:
+        return TimeCache(setting.duplicate_window_us, setting.id_cache_size, last_seq, clock)
+    if setting.policy == APAMA:
+        return ApamaCache(setting.per_source_window, setting.expiry_seconds * 1_000_000, last_seq, clock)
+    return Cache(size=setting.id_cache_size, last_seq=last_seq)
 
 
 @dataclass(frozen=True)
@@ -89,11 +291,12 @@ class BatchResult:
     started_from: tuple = ()
 
     def snapshot_entries(self) -> list[dict]:
+        """Every cache's entries; time and Apama caches add what their policy needs (§8.5)."""
         return [
             {"cache": name, "dedup_key": e.key, "cache_seq": e.seq, "message_id": e.message_id,
-             "address": e.address, "accepted_batch_id": e.batch_id}
+             "address": e.address, "accepted_batch_id": e.batch_id, **extra}
             for name, cache in self.caches.items()
-            for e in cache.entries
+            for e, extra in cache.rows()
         ]
 
     def counters(self) -> dict[str, int]:
@@ -123,9 +326,7 @@ class ReferenceModel:
         caches = {}
         if parent is not None:
             for name, cache in self.committed[parent].caches.items():
-                address = cache.entries[0].address if cache.entries else None
-                size = settings.id_cache_size(address) if address is not None else cache.size
-                caches[name] = cache.resized(size)
+                caches[name] = _carried(name, cache, settings)
         started_from = _state(self.committed[parent].caches) if parent is not None else _state({})
         result = _run(batch_id, parent, lines, settings, caches)
         result.started_from = started_from
@@ -141,9 +342,30 @@ class ReferenceModel:
         return result
 
 
+def _carried(name: str, cache, settings: AddressSettings):
+    """A parent's cache under this batch's config (§5, §8.5), as a new object."""
+    for entry in cache.entries:
+        setting = settings.setting_for(entry.address)
+        domain = setting.domain_of(entry.address)
+        if name in (domain, bridge_cache_name(domain)):
+            return cache.reconfigured(setting)
+    # Empty (it is configured when next used), or no address uses it any more (its addresses moved
+    # to another domain): carried unchanged, so that moving them back finds it as it was.
+    return cache.reconfigured(_setting_of(cache))
+
+
+def _setting_of(cache) -> AddressSetting:
+    if isinstance(cache, TimeCache):
+        return AddressSetting(id_cache_size=cache.cap, policy=TIME, duplicate_window_us=cache.window_us)
+    if isinstance(cache, ApamaCache):
+        return AddressSetting(id_cache_size=None, policy=APAMA, per_source_window=cache.per_source_window,
+                              expiry_seconds=cache.expiry_us // 1_000_000)
+    return AddressSetting(id_cache_size=cache.size)
+
+
 def _state(caches: dict[str, Cache]) -> tuple:
-    """What a later batch inherits: every cache's entries and counter."""
-    return tuple(sorted((name, cache.last_seq, tuple(cache.entries)) for name, cache in caches.items()))
+    """What a later batch inherits: every cache's entries (where they sit) and counter."""
+    return tuple(sorted((name, cache.last_seq, cache.state()) for name, cache in caches.items()))
 
 
 def _run(batch_id, parent, lines, settings, caches) -> BatchResult:
@@ -157,8 +379,8 @@ def _run(batch_id, parent, lines, settings, caches) -> BatchResult:
         except InvalidLine as error:
             quarantined.append(_quarantine(line, str(error)))
             continue
-        ck = cache_key(message.address, message.properties, settings)
-        valid.append(Checked(message, line, ck.cache if ck else None, ck.key if ck else None))
+        cache, key = _cache_and_key(message, settings)
+        valid.append(Checked(message, line, cache, key))
 
     # §1 arrival order: received_at, then file path, then line number.
     valid.sort(key=lambda c: c.arrival)
@@ -183,18 +405,28 @@ def _run(batch_id, parent, lines, settings, caches) -> BatchResult:
     for unit in _units(messages):
         for checked in unit:
             if checked.cache is not None:
-                _prepare_cache(caches, checked.cache, settings.id_cache_size(checked.message.address))
+                _prepare_cache(caches, checked.cache, settings.setting_for(checked.message.address))
         _process_unit(unit, caches, batch_id, delivered, dropped)
 
     return BatchResult(batch_id, parent, delivered, dropped, quarantined, caches)
 
 
-def _prepare_cache(caches: dict[str, Cache], name: str, size: int) -> None:
-    """A cache seen for the first time starts empty; one whose size changed is resized."""
+def _cache_and_key(message: Message, settings: AddressSettings) -> tuple[str | None, str | None]:
+    """§3 and §8.1: the key, and the cache of the address's domain (the address itself unless
+    ``domain`` says otherwise; bridge ids in ``BRIDGE.<domain>``)."""
+    ck = cache_key(message.address, message.properties, settings)
+    if ck is None:
+        return None, None
+    domain = settings.domain(message.address)
+    return (domain if ck.cache == message.address else bridge_cache_name(domain)), ck.key
+
+
+def _prepare_cache(caches: dict, name: str, setting: AddressSetting) -> None:
+    """A cache seen for the first time starts empty; one whose window changed is reconfigured."""
     if name not in caches:
-        caches[name] = Cache(size=size)
-    elif caches[name].size != size:
-        caches[name] = caches[name].resized(size)
+        caches[name] = _new_cache(setting)
+    elif not caches[name].fits(setting):
+        caches[name] = caches[name].reconfigured(setting)
 
 
 def _units(messages: list[Checked]) -> list[list[Checked]]:
@@ -214,14 +446,19 @@ def _units(messages: list[Checked]) -> list[list[Checked]]:
 
 
 def _process_unit(unit, caches, batch_id, delivered, dropped) -> None:
-    """§4, one unit: look up against the caches as they stand before the unit."""
+    """§4, one unit: look up against the caches as they stand before the unit.
+
+    §8: the unit happens at its commit point, the ``received_at`` of its last message: time and
+    Apama caches look up and accept at that instant.
+    """
+    at = unit[-1].message.received_at_us
     hits: dict[int, CacheEntry] = {}
     repeats: dict[int, Checked] = {}
     first_copy: dict[tuple[str, str], Checked] = {}
     for i, checked in enumerate(unit):
         if checked.cache is None:
             continue
-        entry = caches[checked.cache].find(checked.key)
+        entry = caches[checked.cache].find(checked.key, at)
         if entry is not None:
             hits[i] = entry
         elif (checked.cache, checked.key) in first_copy:
@@ -231,6 +468,10 @@ def _process_unit(unit, caches, batch_id, delivered, dropped) -> None:
 
     if hits:
         # §4.2/4.3: a duplicate drops itself, and a transaction with one is dropped whole.
+        if unit[0].message.txn_id is None:
+            # §8.2: an Apama sender's own resend moves its id to the time queue; a rejected
+            # transaction changes no cache at all.
+            caches[unit[0].cache].on_duplicate(hits[0], unit[0].message.source_id, at)
         cause = unit[min(hits)].message.message_id
         for i, checked in enumerate(unit):
             if i in hits:
@@ -249,7 +490,8 @@ def _process_unit(unit, caches, batch_id, delivered, dropped) -> None:
         seq = None
         if checked.cache is not None:
             seq = caches[checked.cache].accept(
-                checked.key, checked.message.message_id, checked.message.address, batch_id)
+                checked.key, checked.message.message_id, checked.message.address, batch_id,
+                at=at, source=checked.message.source_id)
         delivered.append({**_identity(checked), "cache_seq": seq})
 
 
