@@ -108,7 +108,9 @@ def prepare(argv: list[str] | None) -> Request | int:
     args = build_parser().parse_args(argv)
     try:
         validate_batch_id(args.batch_id)
-        return Request(args, load_settings(args.config), GateSettings.from_config(args.config))
+        settings = load_settings(args.config)
+        settings.check_engine_support()  # a policy only the model knows yet: refused, not ignored
+        return Request(args, settings, GateSettings.from_config(args.config))
     except batch.USER_ERRORS as error:  # before any JVM starts, as dedup_batch.py
         return batch.report_error(error, exit_codes.USER_ERROR)
 
