@@ -8,7 +8,8 @@ manager) and authorizes with the auth manager (the user must be allowed to read 
 
 Routes (relative to the mount point ``/data-quality``):
 
-- ``/``                       list of batches (HTML)
+- ``/``                       list of batches with trends (HTML; ``?address=&from=&to=&limit=``)
+- ``/api/trends``             the trend data as JSON (same parameters)
 - ``/batches/<ID>``           one batch's report (HTML)
 - ``/api/batches``            the list as JSON
 - ``/api/batches/<ID>``       one batch's report as JSON
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
@@ -31,6 +32,7 @@ from msgdedup import reports
 from msgdedup.orchestration import settings
 from msgdedup.layout import BatchIdError, validate_batch_id
 from msgdedup.orchestration.partitions import InvalidRunRequest, validate_root
+from msgdedup.review import charts, trends
 
 MOUNT_PATH = "/data-quality"
 _bearer = HTTPBearer(auto_error=False)
@@ -74,6 +76,13 @@ def current_warehouse() -> Path:
         raise HTTPException(status_code=500, detail=str(exc)) from None
 
 
+def _trend_filter(address: str | None, since: str | None, until: str | None, limit: str | None) -> trends.TrendFilter:
+    try:
+        return trends.TrendFilter.parse(address, since, until, limit)
+    except ValueError as exc:
+        raise HTTPException(status_code=400, detail=str(exc)) from None
+
+
 def _batch_or_404(batch_id: str) -> str:
     try:
         return validate_batch_id(batch_id)
@@ -89,6 +98,11 @@ table{border-collapse:collapse;margin:.5rem 0 1.2rem}
 td,th{border:1px solid #cbd5e0;padding:.25rem .6rem;text-align:left;font-size:.9rem}
 th{background:#edf2f7} .ok{color:#276749;font-weight:600} .bad{color:#c53030;font-weight:600}
 code{font-size:.85rem;word-break:break-all} h1{font-size:1.4rem} h2{font-size:1.1rem;margin-top:1.4rem}
+h3{font-size:1rem;margin:.8rem 0 .1rem} h3 small{font-weight:400;color:#4a5568}
+.note{margin:.1rem 0;color:#4a5568;font-size:.85rem}
+tr.stale td{background:#fff5f5} tr.unpublished td{background:#fffaf0} b.stale{color:#c53030} b.unpub{color:#dd6b20}
+.alert{background:#fffaf0;border:1px solid #dd6b20;padding:.4rem .6rem} form.filter{margin:.6rem 0}
+.pager a,.pager span{margin-right:.8rem} pre{white-space:pre-wrap;word-break:break-all;font-size:.85rem;margin:0}
 """
 
 
@@ -108,9 +122,10 @@ def _page(title: str, body: str) -> HTMLResponse:
     )
 
 
-def _table(headers: list[str], rows: list[list[str]]) -> str:
+def _table(headers: list[str], rows: list[list[str]], classes: list[str] | None = None) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    body = "".join(f"<tr class='{_e(cls)}'>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>"
+                   for row, cls in zip(rows, classes or [""] * len(rows), strict=True))
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
@@ -119,21 +134,109 @@ def _status(word: str) -> str:
     return f"<span class='{cls}'>{_e(word)}</span>"
 
 
-def render_index(batches: list[dict[str, Any]], warehouse: Path) -> HTMLResponse:
-    rows = [[
-        f"<a href='batches/{_e(b['batch_id'])}'>{_e(b['batch_id'])}</a>",
-        _e(b["delivered"]), _e(b["dropped"]), _e(b["quarantined"]),
-        _status(b["gate"]), _status("published" if b["published"] else "no"),
-        _status("stale") if b["stale"] else "",
-    ] for b in batches]
-    body = (
-        "<h1>Data quality: message_dedup</h1>"
-        f"<p>Warehouse <code>{_e(warehouse)}</code> — {len(batches)} batch(es). "
-        "<a href='data-docs/index.html'>Great Expectations Data Docs</a></p>"
-        + (_table(["batch", "delivered", "dropped", "quarantined", "gate", "published", ""], rows)
-           if rows else "<p>No committed batch yet.</p>")
+def _pct(v: float) -> str:
+    return f"{v:g} %"
+
+
+def _int(v: float) -> str:
+    return f"{v:g}"
+
+
+def _filter_form(t: dict[str, Any]) -> str:
+    flt = t["filter"]
+    options = "".join(
+        f"<option value='{_e(a)}'{' selected' if a == flt.address else ''}>{_e(a)}</option>" for a in t["addresses"])
+    return (
+        "<form method='get' action='' class='filter' aria-label='Filter batches'>"
+        f"<label>address <select name='address'><option value=''>all addresses</option>{options}</select></label> "
+        f"<label>from <input type='date' name='from' value='{_e(flt.since or '')}'></label> "
+        f"<label>to <input type='date' name='to' value='{_e(flt.until or '')}'></label> "
+        f"<label>at most <input type='number' name='limit' min='1' max='{trends.MAX_LIMIT}' value='{flt.limit}' "
+        "style='width:5rem'> batches</label> <button type='submit'>Show</button> <a href='./'>reset</a></form>"
     )
-    return _page("Data quality", body)
+
+
+def render_index(t: dict[str, Any], warehouse: Path) -> HTMLResponse:
+    """The batch list: filter form, trend charts (oldest left), caches fullest first, and the
+    batches newest first; stale and unpublished batches marked in words as well as in colour."""
+    points, flt = t["points"], t["filter"]
+    scope = f"address <code>{_e(flt.address)}</code>" if flt.address else "all addresses"
+    parts = [
+        "<h1>Data quality: message_dedup</h1>",
+        f"<p>Warehouse <code>{_e(warehouse)}</code> — {t['batches_in_warehouse']} batch(es). "
+        "<a href='data-docs/index.html'>Great Expectations Data Docs</a></p>",
+        _filter_form(t),
+    ]
+    if not points:
+        parts.append("<p>No committed batch yet.</p>" if not t["batches_in_warehouse"]
+                     else "<p>No batch matches this filter.</p>")
+        return _page("Data quality", "".join(parts))
+    stale = [p["batch_id"] for p in points if p["stale"]]
+    unpublished = [p["batch_id"] for p in points if charts.state_of(p) == "unpublished"]
+    shown = f"{len(points)} batch(es) from {_e(points[0]['batch_id'])} to {_e(points[-1]['batch_id'])}, {scope}"
+    if t["truncated"]:
+        shown += f" (the newest {flt.limit}; raise “at most” or narrow the dates for more)"
+    parts.append(f"<h2>Trends</h2><p>{shown}. Each bar is a batch (oldest left); click one to open it. "
+                 "<span class='legend'><b class='stale'>S</b> = stale (hatched red), "
+                 "<b class='unpub'>U</b> = not published (hatched orange).</span></p>")
+    if stale or unpublished:
+        alert = []
+        if stale:
+            alert.append(f"<b>{len(stale)} stale</b> (re-run them): " + ", ".join(
+                f"<a href='batches/{_e(b)}'>{_e(b)}</a>" for b in stale))
+        if unpublished:
+            alert.append(f"<b>{len(unpublished)} not published</b>: " + ", ".join(
+                f"<a href='batches/{_e(b)}'>{_e(b)}</a>" for b in unpublished))
+        parts.append("<p class='alert' role='alert'>⚠ " + "; ".join(alert) + "</p>")
+
+    def href(p: dict[str, Any]) -> str:
+        return f"batches/{p['batch_id']}"
+
+    metrics = [
+        ("dup-rate", "Duplicate rate", lambda p: p["duplicate_rate_pct"], _pct,
+         "duplicates / valid messages (delivered + dropped)"),
+        ("rejected", "Transactions rejected (messages)", lambda p: p["transaction_rejected"], _int,
+         "messages dropped because their transaction held a duplicate"),
+        ("quarantined", "Quarantined lines", lambda p: p["quarantined"], _int,
+         "whole batch: a bad line has no trusted address" if flt.address else "lines that could not be used"),
+    ]
+    for key, title, value, fmt, note in metrics:
+        parts.append(f"<section class='trend' id='trend-{key}'><h3>{_e(title)} <small>— "
+                     f"{_e(charts.headline(points, value, fmt))}</small></h3><p class='note'>{_e(note)}</p>"
+                     f"{charts.bar_chart(key, title, points, value, fmt, href)}</section>")
+    gates: dict[str, int] = {}
+    for p in points:
+        gates[p["gate"]] = gates.get(p["gate"], 0) + 1
+    parts.append("<section class='trend' id='trend-gate'><h3>Gate result <small>— "
+                 + _e(" · ".join(f"{n} {g}" for g, n in sorted(gates.items())))
+                 + "</small></h3><p class='note'>✓ passed, ✗ failed, ! outdated (checked another run), – not run</p>"
+                 + charts.gate_strip(points, href) + "</section>")
+    parts.append("<h2>Duplicate-ID caches, fullest first</h2>")
+    parts.append("<p class='note'>Fill = entries / id_cache_size after the newest batch shown. A full cache "
+                 "forgets its oldest keys: a repeat of one is delivered again.</p>")
+    cache_headers = ["cache", "address", "fill (newest batch)", "entries", "id_cache_size",
+                     "fill over the batches shown"]
+    parts.append(_table(cache_headers, [
+        [_e(c["cache"]), _e(c["address"]), charts.fill_bar(c["latest_fill_pct"]), _e(c["entries"]),
+         _e(c["id_cache_size"]), charts.sparkline(c["series"])]
+        for c in t["caches"]
+    ]) if t["caches"] else "<p>No cache.</p>")
+    parts.append("<h2>Batches, newest first</h2>")
+    rows, classes = [], []
+    for p in reversed(points):
+        state = charts.state_of(p)
+        classes.append("" if state == "ok" else state)
+        rows.append([
+            f"<a href='batches/{_e(p['batch_id'])}'>{_e(p['batch_id'])}</a>",
+            _e(p["delivered"]), _e(p["duplicate"]),
+            _e("-" if p["duplicate_rate_pct"] is None else _pct(p["duplicate_rate_pct"])),
+            _e(p["transaction_rejected"]), _e(p["quarantined"]), _status(p["gate"]),
+            _status("published" if p["published"] else "no"),
+            "" if state == "ok" else f"<span class='bad'>⚠ {_e(charts.STATE_WORDS[state])}</span>",
+        ])
+    parts.append(_table(["batch", "delivered", "duplicates", "duplicate rate", "txn rejected", "quarantined",
+                         "gate", "published", "state"], rows, classes))
+    return _page("Data quality", "".join(parts))
 
 
 def render_batch(r: dict[str, Any]) -> HTMLResponse:
@@ -204,9 +307,17 @@ def create_app() -> FastAPI:
     )
 
     @app.get("/", response_class=HTMLResponse)
-    def index() -> HTMLResponse:
+    def index(address: str | None = None, since: str | None = Query(None, alias="from"),
+              until: str | None = Query(None, alias="to"), limit: str | None = None) -> HTMLResponse:
         warehouse = current_warehouse()
-        return render_index(reports.list_batches(warehouse), warehouse)
+        return render_index(trends.trends(warehouse, _trend_filter(address, since, until, limit)), warehouse)
+
+    @app.get("/api/trends")
+    def trends_json(address: str | None = None, since: str | None = Query(None, alias="from"),
+                    until: str | None = Query(None, alias="to"), limit: str | None = None) -> dict[str, Any]:
+        t = trends.trends(current_warehouse(), _trend_filter(address, since, until, limit))
+        flt = t["filter"]
+        return {**t, "filter": {"address": flt.address, "from": flt.since, "to": flt.until, "limit": flt.limit}}
 
     @app.get("/batches/{batch_id}", response_class=HTMLResponse)
     def batch_page(batch_id: str) -> HTMLResponse:
