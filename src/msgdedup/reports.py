@@ -163,5 +163,7 @@ def batch_report(warehouse: str | Path, batch_id: str, max_rows: int = DEFAULT_M
             "data_docs": data_docs_relpath(root, gate.get("data_docs_path")),
         },
         "data_docs_index": "index.html" if docs_index.is_file() else None,
+        # The window-miss audit (issue 12 item 3) once the engine writes it into the manifest.
+        "window_audit": (manifest or {}).get("window_audit"),
         "published": json_files.read_object_or_none(Path(layout.published(root, batch_id))),
     }
