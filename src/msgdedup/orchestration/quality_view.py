@@ -174,6 +174,13 @@ def _filter_form(t: dict[str, Any]) -> str:
     )
 
 
+def _batch_links(batch_ids: list[str], most: int = 12) -> str:
+    """The newest ``most`` of ``batch_ids`` as links (the table below lists all of them)."""
+    newest = batch_ids[::-1][:most]
+    more = f" and {len(batch_ids) - most} older" if len(batch_ids) > most else ""
+    return ", ".join(f"<a href='batches/{_e(b)}'>{_e(b)}</a>" for b in newest) + more
+
+
 def render_index(t: dict[str, Any], warehouse: Path) -> HTMLResponse:
     """The batch list: filter form, trend charts (oldest left), caches fullest first, and the
     batches newest first; stale and unpublished batches marked in words as well as in colour."""
@@ -196,15 +203,14 @@ def render_index(t: dict[str, Any], warehouse: Path) -> HTMLResponse:
         shown += f" (the newest {flt.limit}; raise “at most” or narrow the dates for more)"
     parts.append(f"<h2>Trends</h2><p>{shown}. Each bar is a batch (oldest left); click one to open it. "
                  "<span class='legend'><b class='stale'>S</b> = stale (hatched red), "
-                 "<b class='unpub'>U</b> = not published (hatched orange).</span></p>")
+                 "<b class='unpub'>U</b> = not published (hatched orange); a red or orange tick when bars are "
+                 "too narrow for a letter.</span></p>")
     if stale or unpublished:
         alert = []
         if stale:
-            alert.append(f"<b>{len(stale)} stale</b> (re-run them): " + ", ".join(
-                f"<a href='batches/{_e(b)}'>{_e(b)}</a>" for b in stale))
+            alert.append(f"<b>{len(stale)} stale</b> (re-run them): " + _batch_links(stale))
         if unpublished:
-            alert.append(f"<b>{len(unpublished)} not published</b>: " + ", ".join(
-                f"<a href='batches/{_e(b)}'>{_e(b)}</a>" for b in unpublished))
+            alert.append(f"<b>{len(unpublished)} not published</b>: " + _batch_links(unpublished))
         parts.append("<p class='alert' role='alert'>⚠ " + "; ".join(alert) + "</p>")
 
     def href(p: dict[str, Any]) -> str:
@@ -279,8 +285,15 @@ def render_batch(r: dict[str, Any]) -> HTMLResponse:
           _e(c["by_reason"].get("transaction_rejected")), _e(c["quarantined"])]],
     ))
     parts.append("<h2>Per address</h2>")
+    def dropped_of(address: str, reason: str, count: Any) -> str:
+        if not count or not r["committed"]:
+            return _e(count)
+        href = f"{r['batch_id']}/dropped{_qs({'reason': reason, 'address': address})}"
+        return f"<a href='{_e(href)}'>{_e(count)}</a>"
+
     parts.append(_table(["address", "delivered", "duplicate", "transaction rejected"], [
-        [_e(a["address"]), _e(a["delivered"]), _e(a["duplicate"]), _e(a["transaction_rejected"])]
+        [_e(a["address"]), _e(a["delivered"]), dropped_of(a["address"], "duplicate", a["duplicate"]),
+         dropped_of(a["address"], "transaction_rejected", a["transaction_rejected"])]
         for a in r["by_address"]
     ]))
     parts.append("<h2>Duplicate-ID caches after this batch</h2>")

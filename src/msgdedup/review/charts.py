@@ -73,6 +73,19 @@ def _x_labels(points: Sequence[dict[str, Any]], slot: float) -> str:
     return "".join(out)
 
 
+def _mark(state: str, x: float, width: float, slot: float, y: float) -> str:
+    """S/U under a stale/unpublished batch; where batches are too narrow for a letter (hundreds
+    shown), a coloured tick instead (the batch is still named in its title and in the lists)."""
+    mark = MARKS[state]
+    if not mark:
+        return ""
+    colour = STALE if state == "stale" else UNPUBLISHED
+    if slot < 9:
+        return f"<rect class='mark' x='{x:.1f}' y='{y - 9}' width='{max(width, 2):.1f}' height='9' fill='{colour}'/>"
+    return (f"<text class='mark' x='{x + width / 2:.1f}' y='{y}' text-anchor='middle' font-size='11' "
+            f"font-weight='700' fill='{colour}'>{mark}</text>")
+
+
 def bar_chart(key: str, title: str, points: Sequence[dict[str, Any]], value: Callable[[dict], float | None],
               fmt: Callable[[float], str], href: Callable[[dict], str]) -> str:
     """Bars per batch (oldest left), each a link to its batch, hatched and marked when the batch
@@ -107,10 +120,7 @@ def bar_chart(key: str, title: str, points: Sequence[dict[str, Any]], value: Cal
                    f"fill='{_fill(key, state)}'"
                    + (f" stroke='{STALE if state == 'stale' else UNPUBLISHED}'" if state != "ok" else "")
                    + f"><title>{_e(label)}</title></rect>")
-        mark = MARKS[state]
-        if mark:
-            bar += (f"<text x='{x + width / 2:.1f}' y='{base + 13}' text-anchor='middle' font-size='11' "
-                    f"font-weight='700' fill='{STALE if state == 'stale' else UNPUBLISHED}'>{mark}</text>")
+        bar += _mark(state, x, width, slot, base + 13)
         parts.append(f"<a href='{_e(href(p))}'>{bar}</a>")
     parts.append(_x_labels(points, slot))
     parts.append("</svg>")
@@ -144,10 +154,7 @@ def gate_strip(points: Sequence[dict[str, Any]], href: Callable[[dict], str]) ->
         if width >= 9:
             cell += (f"<text x='{x + width / 2:.1f}' y='18' text-anchor='middle' font-size='13' fill='white' "
                      f"pointer-events='none'>{GATE_SYMBOLS.get(gate, '?')}</text>")
-        mark = MARKS[state]
-        if mark:
-            cell += (f"<text x='{x + width / 2:.1f}' y='38' text-anchor='middle' font-size='11' font-weight='700' "
-                     f"fill='{STALE if state == 'stale' else UNPUBLISHED}'>{mark}</text>")
+        cell += _mark(state, x, width, slot, 38)
         parts.append(f"<a href='{_e(href(p))}'>{cell}</a>")
     parts.append("</svg>")
     return "".join(parts)
