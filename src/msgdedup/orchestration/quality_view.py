@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import html
 import json
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -120,7 +121,8 @@ h3{font-size:1rem;margin:.8rem 0 .1rem} h3 small{font-weight:400;color:#4a5568}
 tr.stale td{background:#fff5f5} tr.unpublished td{background:#fffaf0} b.stale{color:#c53030} b.unpub{color:#dd6b20}
 .alert{background:#fffaf0;border:1px solid #dd6b20;padding:.4rem .6rem} form.filter{margin:.6rem 0}
 .pager a,.pager span{margin-right:.8rem} nav.drill{margin:.6rem 0;padding:.4rem .6rem;background:#ebf8ff}
-table.kv th{width:9rem;vertical-align:top} pre{white-space:pre-wrap;word-break:break-all;font-size:.85rem;margin:0}
+table.kv th{width:9rem;vertical-align:top} .nowrap{white-space:nowrap}
+pre{white-space:pre-wrap;word-break:break-all;font-size:.85rem;margin:0}
 """
 
 
@@ -405,7 +407,11 @@ def _drill_page(batch_id: str, title: str, intro: str, body: str) -> HTMLRespons
 
 
 def _when(value: Any) -> str:
-    return _e(value.isoformat() if hasattr(value, "isoformat") else value)
+    """A timestamp as ``2026-11-20 00:03:57.321`` (+ offset when it has one), kept on one line."""
+    if isinstance(value, datetime):
+        text = value.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + (value.strftime(" %z") if value.tzinfo else "")
+        return f"<span class='nowrap'>{_e(text)}</span>"
+    return _e(value)
 
 
 def render_dropped(batch_id: str, pg: drilldown.Page, reason: str | None, address: str | None) -> HTMLResponse:
