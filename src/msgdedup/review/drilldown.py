@@ -149,7 +149,8 @@ def origins(warehouse: str | Path, batch_id: str, message_ids: Iterable[str]) ->
     """message_id -> the batch it was delivered (accepted) in, for the ids the batch's duplicates
     repeat. A duplicate hits an entry of the parent snapshot (``id_cache/batch_id=<parent>``,
     whose ``accepted_batch_id`` names the batch) or an acceptance of the batch itself: an id not in
-    the parent snapshot was delivered in ``batch_id``. Reads two columns of the rows that match."""
+    the parent snapshot was delivered in ``batch_id``. Scans two columns of the snapshot (bounded
+    by the caches' sizes, not by history) and keeps only the rows that match."""
     import pyarrow.compute as pc
 
     ids = sorted({m for m in message_ids if m})
