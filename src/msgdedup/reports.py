@@ -48,7 +48,7 @@ def list_batches(warehouse: str | Path) -> list[dict[str, Any]]:
             "delivered": counts.get("delivered"),
             "dropped": counts.get("dropped"),
             "quarantined": counts.get("quarantined"),
-            "gate": _gate_status(gate, manifest.get("run_id")),
+            "gate": gate_status(gate, manifest.get("run_id")),
             "published": Path(layout.published(warehouse, batch_id)).exists(),
         })
     return out
@@ -58,7 +58,8 @@ def _gate_result(warehouse: str | Path, batch_id: str) -> Path:
     return Path(layout.gate_result(layout.quality_dir(warehouse), batch_id))
 
 
-def _gate_status(gate: dict[str, Any] | None, run_id: str | None) -> str:
+def gate_status(gate: dict[str, Any] | None, run_id: str | None) -> str:
+    """``passed``, ``failed``, ``not run``, or ``outdated`` (the gate checked another run of the batch)."""
     if gate is None:
         return "not run"
     if run_id is not None and gate.get("run_id") != run_id:
@@ -154,7 +155,7 @@ def batch_report(warehouse: str | Path, batch_id: str, max_rows: int = DEFAULT_M
         "quarantine": read_quarantine(root, batch_id, max_rows) if manifest is not None else [],
         "quarantine_limit": max_rows,
         "gate": None if gate is None else {
-            "status": _gate_status(gate, run_id),
+            "status": gate_status(gate, run_id),
             "success": gate.get("success"),
             "run_id": gate.get("run_id"),
             "checked_at": gate.get("checked_at"),
@@ -162,5 +163,7 @@ def batch_report(warehouse: str | Path, batch_id: str, max_rows: int = DEFAULT_M
             "data_docs": data_docs_relpath(root, gate.get("data_docs_path")),
         },
         "data_docs_index": "index.html" if docs_index.is_file() else None,
+        # The window-miss audit (issue 12 item 3) once the engine writes it into the manifest.
+        "window_audit": (manifest or {}).get("window_audit"),
         "published": json_files.read_object_or_none(Path(layout.published(root, batch_id))),
     }

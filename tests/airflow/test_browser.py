@@ -1,31 +1,37 @@
 """Headless Chromium (Debian's package, driven by Playwright): log into the Airflow UI, open the
-"Data quality" entry and read a batch's report. Never `playwright install`: the browser is
-/usr/bin/chromium, installed by `make chromium` (a prerequisite of `make test`)."""
+"Data quality" entry, read a batch's report, the trends and a drill-down, as a user sees them.
+Never `playwright install`: the browser is /usr/bin/chromium, installed by `make chromium` (a
+prerequisite of `make test`). Login and browser are msgdedup.review.screenshots' (the demo's)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-pytestmark = pytest.mark.slow
+from msgdedup.orchestration.local_airflow import ADMIN_USER
+from msgdedup.review import screenshots
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 def browser():
-    from playwright.sync_api import sync_playwright
+    with screenshots.browser() as b:
+        yield b
 
-    assert CHROMIUM.exists(), "run `make chromium` (make test does)"
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
-        try:
-            yield b
-        finally:
-            b.close()
+
+@pytest.fixture
+def logged_in(backfilled, browser):
+    """A page logged into the live Airflow UI; (page, live Airflow, base URL)."""
+    live, _ = backfilled
+    page = browser.new_page(viewport=screenshots.VIEWPORT)
+    screenshots.login(page, live.af.base_url, ADMIN_USER, live.af.password())
+    return page, live, live.af.base_url
+
+
+def _trends(live, query=""):
+    status, body = live.api("GET", f"/data-quality/api/trends{query}")
+    assert status == 200, body
+    return body
 
 
 def test_data_quality_page_in_the_airflow_ui(backfilled, e2e_hours, browser, tmp_path):
@@ -38,11 +44,7 @@ def test_data_quality_page_in_the_airflow_ui(backfilled, e2e_hours, browser, tmp
     response = page.goto(f"{base}/data-quality/")
     assert response.status == 401
 
-    page.goto(f"{base}/", wait_until="networkidle")
-    page.fill("input[name=username]", "admin")
-    page.fill("input[name=password]", live.af.password())
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{base}/", timeout=60_000)
+    screenshots.login(page, base, ADMIN_USER, live.af.password())
 
     page.get_by_role("link", name="Data quality").click()
     page.wait_for_url("**/plugin/data-quality**", timeout=30_000)
@@ -53,8 +55,88 @@ def test_data_quality_page_in_the_airflow_ui(backfilled, e2e_hours, browser, tmp
     text = frame.locator("body").inner_text()
     page.screenshot(path=str(tmp_path / "data_quality.png"), full_page=True)
     for expected in ("Dedup report", "Per address", "orders.eu", "Duplicate-ID caches", "BRIDGE.orders.us",
-                     "Quality gate (Great Expectations)", "Quarantined lines"):
+                     "Quality gate (Great Expectations)", "Quarantined lines", "Drill down:"):
         assert expected in text, expected
     status, report = live.api("GET", f"/data-quality/api/batches/{batch}")
     assert status == 200 and report["quarantine"], report
     assert report["quarantine"][0]["error"] in text
+
+
+def test_trend_view_shows_every_batch_and_filters(logged_in, e2e_hours):
+    page, live, base = logged_in
+    page.goto(f"{base}/data-quality/", wait_until="load")
+    page.get_by_role("heading", name="Trends").wait_for(timeout=30_000)
+    text = page.locator("body").inner_text()
+    for expected in ("Duplicate rate", "Transactions rejected", "Quarantined lines", "Gate result",
+                     "Duplicate-ID caches, fullest first", "Batches, newest first"):
+        assert expected in text, expected
+    # one bar and one gate cell per batch, each telling its batch and value on hover
+    for chart in ("#chart-dup-rate rect.bar", "#chart-quarantined rect.bar", "#chart-gate rect.gate"):
+        titles = page.locator(f"{chart} title").all_text_contents()
+        assert [t.split(":")[0] for t in titles] == list(e2e_hours), (chart, titles)
+    data = _trends(live)
+    quarantined = {p["batch_id"]: p["quarantined"] for p in data["points"]}
+    assert page.locator("#chart-quarantined title").first.text_content().startswith(
+        f"{e2e_hours[0]}: {quarantined[e2e_hours[0]]}")
+    # caches, fullest first, as the user reads them in the table
+    rows = page.locator("table").nth(0).locator("tr").all_inner_texts()[1:]
+    assert [r.split("\t")[0] for r in rows] == [c["cache"] for c in data["caches"]]
+    fills = [c["latest_fill_pct"] or 0 for c in data["caches"]]
+    assert fills == sorted(fills, reverse=True) and len(rows) >= 2
+
+    # filter by address with the form
+    page.select_option("select[name=address]", "orders.eu")
+    page.get_by_role("button", name="Show").click()
+    page.wait_for_url("**address=orders.eu**", timeout=30_000)
+    assert "address orders.eu" in page.locator("body").inner_text()
+    cache_rows = page.locator("table").nth(0).locator("tr").all_inner_texts()[1:]
+    assert cache_rows and all(r.split("\t")[1] == "orders.eu" for r in cache_rows), cache_rows
+    # and by dates: a range with no batch says so
+    page.fill("input[name=from]", "2030-01-01")
+    page.get_by_role("button", name="Show").click()
+    page.wait_for_url("**from=2030-01-01**", timeout=30_000)
+    assert "No batch matches this filter." in page.locator("body").inner_text()
+
+
+def test_drill_down_from_a_batch_to_the_message_a_duplicate_repeats(logged_in):
+    page, live, base = logged_in
+    points = [p for p in _trends(live)["points"] if p["duplicate"]]
+    assert points, "the sample data has duplicates"
+    batch = points[-1]["batch_id"]
+    page.goto(f"{base}/data-quality/batches/{batch}", wait_until="load")
+    page.get_by_role("link", name=f"duplicates ({points[-1]['duplicate']})").click()
+    page.get_by_role("heading", name=f"Dropped messages: batch {batch}").wait_for(timeout=30_000)
+    rows = page.locator("table tr")
+    assert rows.count() == 1 + min(points[-1]["duplicate"], 50)
+    first = rows.nth(1).locator("td")
+    assert first.nth(3).inner_text() == "duplicate"
+    dropped_id, original = first.nth(0).inner_text(), first.nth(4).inner_text()
+    delivered_in = first.nth(5).inner_text()
+    assert delivered_in == "this batch" or delivered_in < batch
+    first.nth(4).get_by_role("link").click()
+    page.get_by_role("heading", name=f"Message {original}").wait_for(timeout=30_000)
+    text = page.locator("body").inner_text()
+    assert "delivered" in text and "body" in text
+    page.go_back()
+    first = page.locator("table tr").nth(1).locator("td")
+    first.nth(0).get_by_role("link").click()
+    page.get_by_role("heading", name=f"Message {dropped_id}").wait_for(timeout=30_000)
+    assert "dropped (duplicate)" in page.locator("body").inner_text()
+
+    # the quarantined lines of the first batch that has some, raw lines as text
+    bad = [p for p in _trends(live)["points"] if p["quarantined"]]
+    if bad:
+        page.goto(f"{base}/data-quality/batches/{bad[0]['batch_id']}/quarantine", wait_until="load")
+        page.get_by_role("heading", name=f"Quarantined lines: batch {bad[0]['batch_id']}").wait_for(timeout=30_000)
+        status, report = live.api("GET", f"/data-quality/api/batches/{bad[0]['batch_id']}/quarantine")
+        assert status == 200 and report["rows"]
+        assert report["rows"][0]["error"] in page.locator("body").inner_text()
+
+
+def test_screenshots_for_the_demo(backfilled, tmp_path):
+    live, _ = backfilled
+    batch = screenshots.busiest_batch(live.warehouse)
+    paths = screenshots.capture(live.af.base_url, ADMIN_USER, live.af.password(), batch, tmp_path)
+    assert [p.name for p in paths] == list(screenshots.FILES)
+    for p in paths:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 10_000, p

@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 
 from msgdedup import reports
 from msgdedup.orchestration.quality_view import render_batch, render_index
+from msgdedup.review import trends
 
 BATCH = "2026-11-21T05"
 
@@ -65,7 +66,7 @@ def test_html_escapes_untrusted_values(tmp_path):
     html = render_batch(reports.batch_report(wh, BATCH)).body.decode()
     assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert "<b>bad</b>" not in html
-    index = render_index(reports.list_batches(wh), wh).body.decode()
+    index = render_index(trends.trends(wh), wh).body.decode()
     assert f"href='batches/{BATCH}'" in index
 
 
@@ -80,5 +81,5 @@ def test_every_committed_batch_id_is_listed_and_has_a_page(tmp_path):
     assert listed["zz"]["stale"] and not listed["zz"]["committed"]
     page = reports.batch_report(wh, "nightly-01")
     assert page["committed"] and page["run_id"] == "n1"
-    index = render_index(reports.list_batches(wh), wh).body.decode()
+    index = render_index(trends.trends(wh), wh).body.decode()
     assert "href='batches/nightly-01'" in index and "href='batches/zz'" in index

@@ -34,6 +34,7 @@ from msgdedup import reports, sample_data
 from msgdedup.orchestration import settings
 from msgdedup.orchestration.local_airflow import PROJECT_ROOT, LocalAirflow
 from msgdedup.orchestration.partitions import batch_id_for
+from msgdedup.review.screenshots import write_demo_screenshots
 
 TERMINAL = {"success", "failed"}
 
@@ -338,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for line in summary(warehouse, batch_ids, runs):
         print(line)
+    write_demo_screenshots(af, warehouse, af.home / "demo", log)
     failed = [b for b in batch_ids if (runs.get(b) or {}).get("state") != "success"]
     print()
     print(f"Data quality view: {af.base_url}/plugin/data-quality  warehouse: {warehouse}")
