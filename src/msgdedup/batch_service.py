@@ -28,8 +28,10 @@ Security: the socket is created 0600 in a directory only its owner can enter (07
 OS user that runs the pipeline, who can ``spark-submit`` anyway, can send it a request. It is not
 a network endpoint and serves no UI.
 
-If the service's JVM dies, the service exits (non-zero); a client then finds nobody listening
-(:class:`ServiceUnavailable`) and the DAG's task runs ``spark-submit`` instead, with a warning.
+If the service's JVM dies, the service notices within a second (its parent process, the JVM
+spark-submit started, is gone, or the SparkContext is stopped) and exits non-zero; a client then
+finds nobody listening (:class:`ServiceUnavailable`) and the DAG's task runs ``spark-submit``
+instead, with a warning.
 """
 
 from __future__ import annotations
@@ -174,10 +176,14 @@ class BatchService:
     """Serves requests on ``socket_path`` with ``run(argv) -> exit code`` until :meth:`stop`."""
 
     def __init__(self, socket_path: str | Path, run: Callable[[list[str]], int],
-                 cancel: Callable[[], None]) -> None:
+                 cancel: Callable[[], None], alive: Callable[[], bool] = lambda: True) -> None:
         self.socket_path = Path(socket_path)
         self._run = run
         self._cancel = cancel
+        # Checked every second and before each request: a service whose JVM died must not keep
+        # accepting requests it can only fail; it stops, and callers fall back to spark-submit.
+        self._alive = alive
+        self.died = False
         self._stopping = threading.Event()
         self._listener: socket.socket | None = None
 
@@ -207,6 +213,10 @@ class BatchService:
             self.bind()
         try:
             while not self._stopping.is_set():
+                if not self._alive():
+                    self.died = True
+                    log.error("the Spark application is gone: the batch service stops")
+                    break
                 try:
                     conn, _ = self._listener.accept()
                 except socket.timeout:
@@ -216,6 +226,11 @@ class BatchService:
                         break
                     raise
                 with conn:
+                    if not self._alive():  # died since the last look: refuse, then stop
+                        out = _Connection(conn)
+                        out.write(f"{PROG}: the Spark application of this service is gone; not run\n")
+                        out.finish(exit_codes.INTERNAL_ERROR)
+                        continue
                     self._serve(conn)
         finally:
             self._listener.close()
@@ -296,7 +311,17 @@ def serve(socket_path: str | Path) -> int:
             return request
         return pipeline.run_in_session(spark, request)
 
-    service = BatchService(socket_path, run, cancel=spark.sparkContext.cancelAllJobs)
+    parent = os.getppid()  # under spark-submit: the JVM that started this Python driver
+
+    def alive() -> bool:
+        if os.getppid() != parent:
+            return False
+        try:
+            return not spark.sparkContext._jsc.sc().isStopped()
+        except Exception:  # noqa: BLE001 - py4j: the gateway to the JVM is gone
+            return False
+
+    service = BatchService(socket_path, run, cancel=spark.sparkContext.cancelAllJobs, alive=alive)
     service.bind()
 
     def stop(*_) -> None:
@@ -311,9 +336,10 @@ def serve(socket_path: str | Path) -> int:
     try:
         service.serve_forever()
     finally:
-        spark.stop()
-    print(f"{PROG}: stopped", flush=True)
-    return exit_codes.OK
+        if not service.died:  # stopping a SparkContext whose JVM is gone could wait forever
+            spark.stop()
+    print(f"{PROG}: {'the Spark application died' if service.died else 'stopped'}", flush=True)
+    return exit_codes.INTERNAL_ERROR if service.died else exit_codes.OK
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,6 +19,8 @@ from msgdedup import batch_service, exit_codes
 from msgdedup.quality.project import PROJECT_ENV
 from tests.engine.support import message, write_batch
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 SPARK_SUBMIT = ROOT / ".venv" / "bin" / "spark-submit"
 APP = ROOT / "spark_apps" / "batch_service.py"
@@ -45,10 +47,8 @@ def raw(tmp_path_factory) -> Path:
     return root
 
 
-@pytest.fixture(scope="module")
-def service(tmp_path_factory):
+def start_service(root: Path):
     """A batch service as ``make demo`` starts it (from a clean environment, like the DAG's)."""
-    root = tmp_path_factory.mktemp("service")
     sock = root / "run" / "service.sock"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK") and k != PROJECT_ENV}
     log = (root / "service.log").open("w")
@@ -61,10 +61,30 @@ def service(tmp_path_factory):
         assert proc.poll() is None, (root / "service.log").read_text()
         assert time.monotonic() < deadline, "the batch service did not start listening"
         time.sleep(0.5)
-    yield sock, proc, root / "service.log"
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    return sock, proc, root / "service.log"
+
+
+def stop_service(proc) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the JVM and the Python driver, whatever a test did
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory):
+    started = start_service(tmp_path_factory.mktemp("service"))
+    yield started
+    stop_service(started[1])
+
+
+@pytest.fixture()
+def own_service(tmp_path):
+    """A service of the test's own, for the tests that end it."""
+    started = start_service(tmp_path)
+    yield started
+    stop_service(started[1])
 
 
 def test_batches_run_one_after_another_in_one_application(service, raw, tmp_path):
@@ -117,12 +137,44 @@ def test_a_client_that_goes_away_cancels_its_batch(service, raw, tmp_path):
     assert not (wh / "_WRITER.json").exists()
 
 
+def _drivers(sock: Path) -> list[int]:
+    """The Python driver processes serving ``sock``."""
+    found = []
+    for proc_dir in Path("/proc").iterdir():
+        try:
+            if proc_dir.name.isdigit() and str(sock) in (proc_dir / "cmdline").read_bytes().decode(errors="replace"):
+                found.append(int(proc_dir.name))
+        except OSError:
+            pass
+    return found
+
+
+def test_a_service_whose_jvm_died_stops(own_service):
+    """Not a service that accepts requests it can only fail: it exits, callers fall back."""
+    sock, proc, log = own_service
+    (driver,) = [pid for pid in _drivers(sock) if pid != proc.pid]
+    os.kill(proc.pid, signal.SIGKILL)  # the JVM only (an OOM kill, say)
+    proc.wait(timeout=60)
+    deadline = time.monotonic() + 60
+    while driver in _drivers(sock) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert driver not in _drivers(sock), "the Python driver exited by itself"
+    assert not batch_service.available(sock)
+    with pytest.raises(batch_service.ServiceUnavailable):
+        run(sock, "--batch-id", H5)
+
+
 def test_make_stop_stops_the_service(service):
     """``make stop`` signals the service's process group (spark-submit's JVM and the Python driver);
-    a socket file it may leave is replaced by the next service (test below)."""
+    a socket file it may leave is replaced by the next service (test below). (Last of the tests
+    on the shared service.)"""
     sock, proc, _ = service
     os.killpg(proc.pid, signal.SIGTERM)
     proc.wait(timeout=120)
+    deadline = time.monotonic() + 60
+    while _drivers(sock) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _drivers(sock), "no process of the service is left"
     assert not batch_service.available(sock)
     with pytest.raises(batch_service.ServiceUnavailable):
         run(sock, "--batch-id", H5)
