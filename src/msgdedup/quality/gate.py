@@ -40,7 +40,7 @@ from msgdedup.timing import StepTimer
 from msgdedup.engine.filesystem import HadoopFS, local_directory
 from msgdedup.quality import tables
 from msgdedup.quality.checks import CHECKED_TABLES, DATA_DOCS_SITE
-from msgdedup.quality.materialise import MaterialisedTables, gate_session
+from msgdedup.quality.materialise import MaterialisedTables, SmallFrames, gate_session
 from msgdedup.quality.project import default_project_dir, open_context
 
 log = logging.getLogger(__name__)
@@ -223,15 +223,38 @@ def lineage(spark: SparkSession, warehouse: str, batch_id: str, manifest: dict) 
                               observed=observed, sample_rows=[], kwargs={"column": "parent"})
 
 
-def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str) -> dict[str, Callable[[], DataFrame]]:
-    """How to build each checked table of ``checks.CHECKED_TABLES``, by name (lazy DataFrames)."""
-    sizes = tables.cache_sizes(spark, batch.manifest)
+def small_frames(batch: BatchOutputs, batch_id: str) -> dict[str, Callable[[], DataFrame]]:
+    """The exceptions the big checked tables join back to their rows (``materialise.SmallFrames``)."""
     return {
-        "messages": lambda: tables.messages(batch.delivered, batch.dropped),
-        "key_window": lambda: tables.key_window(batch.delivered, batch.parent_id_cache, sizes, batch_id),
+        "repeated_message_ids": lambda: tables.repeated_message_ids(batch.delivered, batch.dropped),
+        "keys_accepted_again": lambda: tables.keys_accepted_again(batch.delivered, batch.parent_id_cache, batch_id),
+        "shared_cache_seqs": lambda: tables.shared_cache_seqs(batch.delivered),
+    }
+
+
+def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str,
+                   small: SmallFrames | None = None) -> dict[str, Callable[[], DataFrame]]:
+    """How to build each checked table of ``checks.CHECKED_TABLES``, by name (lazy DataFrames).
+
+    With ``small`` (the exceptions of ``small_frames``, computed first), messages and key_window
+    take them from there instead of computing them inside their own plans. The accounting table
+    runs its one counting query when it is built (three numbers reach the driver).
+    """
+    sizes = tables.cache_sizes(spark, batch.manifest)
+
+    def get(name: str) -> DataFrame | None:
+        return small.get(name) if small is not None else None
+
+    def accounting() -> DataFrame:
+        counts = tables.output_counts(batch.delivered, batch.dropped, batch.quarantine).first()
+        return tables.accounting_from_counts(spark, batch.manifest, counts.asDict())
+
+    return {
+        "messages": lambda: tables.messages(batch.delivered, batch.dropped, get("repeated_message_ids")),
+        "key_window": lambda: tables.key_window(batch.delivered, batch.parent_id_cache, sizes, batch_id,
+                                                get("keys_accepted_again"), get("shared_cache_seqs")),
         "transactions": lambda: tables.transactions(batch.delivered, batch.dropped),
-        "accounting": lambda: tables.accounting(spark, batch.manifest, batch.delivered, batch.dropped,
-                                                batch.quarantine),
+        "accounting": accounting,
         "id_cache": lambda: tables.id_cache_occupancy(batch.id_cache, sizes),
     }
 
@@ -308,8 +331,10 @@ def run_gate(
 
     now = datetime.now(timezone.utc)
     checked: MaterialisedTables | None = None
+    small: SmallFrames | None = None
     try:
-        checked = MaterialisedTables(session, checked_tables(session, batch, batch_id))
+        small = SmallFrames(session, small_frames(batch, batch_id))
+        checked = MaterialisedTables(session, checked_tables(session, batch, batch_id, small))
         with timer.step("import_gx"):
             # Usually done already (``preload_gx``); otherwise this is where the seconds go. Wait
             # for a preload still running: two threads importing GX at once can meet a partially
@@ -335,8 +360,13 @@ def run_gate(
     finally:
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
         spark.sparkContext.setLocalProperty("spark.job.description", None)
-        if checked is not None:
-            checked.close()
+        # Cancel what still runs before waiting for any of it (a table may wait for a small frame).
+        for running in (small, checked):
+            if running is not None:
+                running.cancel()
+        for running in (checked, small):
+            if running is not None:
+                running.close()
     # Overlaps validate: the tables are computed while GX validates those already cached.
     timer.steps["derive_s"] = checked.seconds()
     validated = [(table.name, identifier, validation)

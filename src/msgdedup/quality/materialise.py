@@ -20,9 +20,15 @@ from typing import Callable, Iterator
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 LIMIT_INITIAL_PARTITIONS = "spark.sql.limit.initialNumPartitions"
+
+# A frame of "exceptions" (repeated ids, keys accepted again, shared sequence numbers) with at
+# most this many rows is broadcast to the rows it is joined back to; a larger one (a badly
+# broken batch) is joined by a shuffle as before, so the driver's memory stays bounded.
+BROADCAST_ROWS = 200_000
 
 
 def gate_session(spark: SparkSession) -> SparkSession:
@@ -93,11 +99,65 @@ class MaterialisedTables:
         """From the start until the last table was cached."""
         return round(max(self._finished.values(), default=self._started) - self._started, 3)
 
+    def cancel(self) -> None:
+        """Cancel the tables not computed yet (the gate failed); ``close`` still has to be called."""
+        _cancel(self._spark, self._futures)
+
     def close(self) -> None:
         """Release the cached tables; a table still being computed (the gate failed) is cancelled."""
-        for name, future in self._futures.items():
-            if not future.cancel() and not future.done():
-                self._spark.sparkContext.cancelJobGroup(f"gx-gate-derive-{name}")
+        self.cancel()
         self._pool.shutdown(wait=True)
         for frame in self._cached:
             frame.unpersist()
+
+
+class SmallFrames:
+    """The few rows the checked tables join back to every row, computed first, each once.
+
+    The checked tables find what is wrong by aggregation (a message_id in two rows, a key
+    accepted again, a ``cache_seq`` used twice); normally nothing is, and joining those few
+    rows back to the million rows of a batch by a shuffle moves every row for nothing. So each
+    such frame is computed and cached on its own (one aggregation over its key columns, in a
+    thread of its own), counted, and handed to the table as a broadcast when it has at most
+    ``BROADCAST_ROWS`` rows: then the table is a single pass over the outputs. Larger, it is
+    joined by a shuffle as before. Either way the result is the same.
+    """
+
+    def __init__(self, spark: SparkSession, frames: dict[str, Callable[[], DataFrame]],
+                 limit: int = BROADCAST_ROWS) -> None:
+        self._spark = spark
+        self._limit = limit
+        self._cached: list[DataFrame] = []
+        self.rows: dict[str, int] = {}
+        self._pool = ThreadPoolExecutor(max_workers=max(1, len(frames)), thread_name_prefix="gx-gate-small")
+        self._futures: dict[str, Future] = {name: self._pool.submit(self._compute, name, build)
+                                            for name, build in frames.items()}
+
+    def _compute(self, name: str, build: Callable[[], DataFrame]) -> DataFrame:
+        self._spark.sparkContext.setJobGroup(f"gx-gate-derive-{name}", f"GX gate: compute {name}")
+        frame = build().persist(StorageLevel.MEMORY_AND_DISK)
+        self._cached.append(frame)
+        rows = self.rows[name] = frame.count()
+        return F.broadcast(frame) if rows <= self._limit else frame
+
+    def get(self, name: str) -> DataFrame:
+        """The frame (broadcast-hinted when small), once computed; re-raises what computing it raised."""
+        return self._futures[name].result()
+
+    def cancel(self) -> None:
+        """Cancel the frames not computed yet (the gate failed); ``close`` still has to be called."""
+        _cancel(self._spark, self._futures)
+
+    def close(self) -> None:
+        """Release the cached frames, cancelling any still being computed."""
+        self.cancel()
+        self._pool.shutdown(wait=True)
+        for frame in self._cached:
+            frame.unpersist()
+
+
+def _cancel(spark: SparkSession, futures: dict[str, Future]) -> None:
+    """Cancel futures not started yet and the Spark jobs of those running (by their job group)."""
+    for name, future in futures.items():
+        if not future.cancel() and not future.done():
+            spark.sparkContext.cancelJobGroup(f"gx-gate-derive-{name}")
