@@ -306,6 +306,62 @@ def _local_url_to_path(url: str | None) -> str | None:
     return url
 
 
+@dataclass
+class _OpenProject:
+    """A GX project opened for one quality directory: its context and its five checkpoints."""
+
+    key: tuple | None
+    context: Any
+    checkpoints: dict[str, Any]
+
+
+# Projects opened by earlier gate calls of this process, by (application, project directory and
+# its files' state, quality directory). A long-lived driver gates batch after batch: opening the
+# context and loading five checkpoints and their suites each time is pure Python work that gives
+# the same objects again. A project is taken out while a gate uses it (a concurrent gate of the
+# same warehouse opens its own) and put back after; the few most recent are kept.
+_PROJECTS: dict[tuple, _OpenProject] = {}
+_PROJECTS_LOCK = threading.Lock()
+_PROJECTS_KEPT = 4
+
+
+def _project_state(project_dir: Path) -> tuple:
+    """What the committed project's files are now: an edited suite or checkpoint opens it again."""
+    files = [project_dir / "great_expectations.yml"]
+    for sub in ("expectations", "validation_definitions", "checkpoints"):
+        files.extend(sorted((project_dir / sub).glob("*.json")))
+    return tuple((f.name, f.stat().st_mtime_ns, f.stat().st_size) for f in files if f.is_file())
+
+
+def _take_project(spark: SparkSession, project_dir: Path, gx_dir: str, reusable: bool) -> _OpenProject:
+    """The GX project for ``gx_dir``: one an earlier gate of this application left, or a new one.
+
+    Not reused for a scratch directory (a warehouse on another file system: the directory is
+    new each time) nor across Spark applications (GX's Spark engine holds the session it found).
+    """
+    project_dir = Path(project_dir).resolve()
+    key = None
+    if reusable and (project_dir / "great_expectations.yml").is_file():
+        key = (spark.sparkContext.applicationId, str(project_dir), _project_state(project_dir), gx_dir)
+        with _PROJECTS_LOCK:
+            project = _PROJECTS.pop(key, None)
+        if project is not None:
+            return project
+    context = open_context(project_dir, gx_dir)
+    checkpoints = {table.name: context.checkpoints.get(table.name) for table in CHECKED_TABLES}
+    return _OpenProject(key=key, context=context, checkpoints=checkpoints)
+
+
+def _give_back(project: _OpenProject) -> None:
+    """Keep ``project`` for the next gate of this process (the most recent few only)."""
+    if project.key is None:
+        return
+    with _PROJECTS_LOCK:
+        _PROJECTS[project.key] = project
+        while len(_PROJECTS) > _PROJECTS_KEPT:
+            _PROJECTS.pop(next(iter(_PROJECTS)))
+
+
 def run_gate(
     spark: SparkSession, warehouse: str, batch_id: str, settings: GateSettings | None = None
 ) -> GateResult:
@@ -345,8 +401,9 @@ def run_gate(
             from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
         with timer.step("open_context"):
             # Also while the tables are computed: loading the checkpoints (and their suites).
-            context = open_context(settings.project_dir or default_project_dir(), gx_dir)
-            checkpoints = {table.name: context.checkpoints.get(table.name) for table in CHECKED_TABLES}
+            project = _take_project(spark, settings.project_dir or default_project_dir(), gx_dir,
+                                    reusable=scratch is None)
+            context, checkpoints = project.context, project.checkpoints
         run_id = RunIdentifier(run_name=batch_id, run_time=now)
         results: dict[str, list[tuple[Any, Any]]] = {}
         with timer.step("validate"):
@@ -390,6 +447,7 @@ def run_gate(
             HadoopFS(spark).copy_from_local(layout.data_docs_dir(scratch), layout.data_docs_dir(quality_dir))
             shutil.rmtree(scratch, ignore_errors=True)
 
+    _give_back(project)
     gate = GateResult(
         batch_id=batch_id,
         run_id=batch.manifest.get("run_id"),
