@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from msgdedup.quality.materialise import (
-    LIMIT_INITIAL_PARTITIONS, SHUFFLE_PARTITIONS, MaterialisedTables, gate_session,
+    LIMIT_INITIAL_PARTITIONS, SHUFFLE_PARTITIONS, MaterialisedTables, SmallFrames, gate_session,
 )
 
 
@@ -40,9 +40,26 @@ def test_tables_are_cached_until_closed_and_a_failing_table_fails_the_gate(spark
     with pytest.raises(ValueError, match="cannot build this table"):
         for name, frame in tables.as_cached():
             seen[name] = frame
-            assert frame.is_cached and frame.rdd.getNumPartitions() <= spark.sparkContext.defaultParallelism
+            # A table already in the driver (``letters``) is handed over as it is: caching it only costs jobs.
+            assert frame.isLocal() or (
+                frame.is_cached and frame.rdd.getNumPartitions() <= spark.sparkContext.defaultParallelism)
     tables.close()
 
     assert set(seen) <= {"numbers", "letters"}
     assert all(not frame.is_cached for frame in seen.values())
     assert tables.seconds() >= 0
+
+
+def test_small_frames_come_back_as_local_tables_and_large_ones_stay_lazy(spark):
+    small = SmallFrames(spark, {
+        "none": lambda: spark.range(100).where("id < 0"),
+        "few": lambda: spark.range(100).where("id < 3"),
+        "many": lambda: spark.range(100).where("id < 50"),
+    }, limit=10)
+    try:
+        assert small.get("none").isLocal() and small.get("none").collect() == []
+        assert small.get("few").isLocal() and sorted(r.id for r in small.get("few").collect()) == [0, 1, 2]
+        assert not small.get("many").isLocal() and small.get("many").count() == 50
+        assert small.rows == {"none": 0, "few": 3, "many": None}
+    finally:
+        small.close()

@@ -20,15 +20,15 @@ from typing import Callable, Iterator
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 LIMIT_INITIAL_PARTITIONS = "spark.sql.limit.initialNumPartitions"
 
 # A frame of "exceptions" (repeated ids, keys accepted again, shared sequence numbers) with at
-# most this many rows is broadcast to the rows it is joined back to; a larger one (a badly
-# broken batch) is joined by a shuffle as before, so the driver's memory stays bounded.
-BROADCAST_ROWS = 200_000
+# most this many rows is brought to the driver and given to the checked table as a local table;
+# a larger one (a badly broken batch) stays in Spark and is joined by a shuffle as before, so the
+# driver's memory stays bounded.
+SMALL_ROWS = 10_000
 
 
 def gate_session(spark: SparkSession) -> SparkSession:
@@ -81,7 +81,13 @@ class MaterialisedTables:
     def _compute(self, name: str, build: Callable[[], DataFrame]) -> DataFrame:
         # Job groups are per thread: the Spark UI shows which table a job computes.
         self._spark.sparkContext.setJobGroup(f"gx-gate-derive-{name}", f"GX gate: compute the checked table {name}")
-        frame = build().coalesce(self._parallelism).persist(StorageLevel.MEMORY_AND_DISK)
+        frame = build()
+        if frame.isLocal():
+            # Already a table in the driver (the accounting's four rows): each GX query of it
+            # runs without executors, and caching it would only cost jobs.
+            self._finished[name] = time.perf_counter()
+            return frame
+        frame = frame.coalesce(self._parallelism).persist(StorageLevel.MEMORY_AND_DISK)
         self._cached.append(frame)
         frame.count()
         self._finished[name] = time.perf_counter()
@@ -117,31 +123,35 @@ class SmallFrames:
     The checked tables find what is wrong by aggregation (a message_id in two rows, a key
     accepted again, a ``cache_seq`` used twice); normally nothing is, and joining those few
     rows back to the million rows of a batch by a shuffle moves every row for nothing. So each
-    such frame is computed and cached on its own (one aggregation over its key columns, in a
-    thread of its own), counted, and handed to the table as a broadcast when it has at most
-    ``BROADCAST_ROWS`` rows: then the table is a single pass over the outputs. Larger, it is
-    joined by a shuffle as before. Either way the result is the same.
+    such frame is computed first (one aggregation over its key columns, in a thread of its
+    own) and, when it has at most ``SMALL_ROWS`` rows, brought to the driver and handed to the
+    table as a local table: Spark broadcasts it, and when it is empty (the normal case) its
+    optimiser drops the join altogether (a left join to nothing, a semi join to nothing), so
+    the table is a single pass over the outputs. Larger, the frame is handed over as the lazy
+    aggregation, joined by a shuffle as before. Either way the table's rows are the same.
     """
 
     def __init__(self, spark: SparkSession, frames: dict[str, Callable[[], DataFrame]],
-                 limit: int = BROADCAST_ROWS) -> None:
+                 limit: int = SMALL_ROWS) -> None:
         self._spark = spark
         self._limit = limit
-        self._cached: list[DataFrame] = []
-        self.rows: dict[str, int] = {}
+        self.rows: dict[str, int | None] = {}
         self._pool = ThreadPoolExecutor(max_workers=max(1, len(frames)), thread_name_prefix="gx-gate-small")
         self._futures: dict[str, Future] = {name: self._pool.submit(self._compute, name, build)
                                             for name, build in frames.items()}
 
     def _compute(self, name: str, build: Callable[[], DataFrame]) -> DataFrame:
         self._spark.sparkContext.setJobGroup(f"gx-gate-derive-{name}", f"GX gate: compute {name}")
-        frame = build().persist(StorageLevel.MEMORY_AND_DISK)
-        self._cached.append(frame)
-        rows = self.rows[name] = frame.count()
-        return F.broadcast(frame) if rows <= self._limit else frame
+        frame = build()
+        rows = frame.limit(self._limit + 1).collect()
+        if len(rows) > self._limit:
+            self.rows[name] = None
+            return frame
+        self.rows[name] = len(rows)
+        return self._spark.createDataFrame(rows, frame.schema)
 
     def get(self, name: str) -> DataFrame:
-        """The frame (broadcast-hinted when small), once computed; re-raises what computing it raised."""
+        """The frame, once computed (local when small); re-raises what computing it raised."""
         return self._futures[name].result()
 
     def cancel(self) -> None:
@@ -149,12 +159,9 @@ class SmallFrames:
         _cancel(self._spark, self._futures)
 
     def close(self) -> None:
-        """Release the cached frames, cancelling any still being computed."""
+        """Wait for the threads, cancelling any frame still being computed (nothing is cached)."""
         self.cancel()
         self._pool.shutdown(wait=True)
-        for frame in self._cached:
-            frame.unpersist()
-
 
 def _cancel(spark: SparkSession, futures: dict[str, Future]) -> None:
     """Cancel futures not started yet and the Spark jobs of those running (by their job group)."""
