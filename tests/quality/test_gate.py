@@ -327,3 +327,14 @@ def test_a_gate_reusing_its_project_still_fails_a_corrupted_batch(spark, warehou
     write_rows(spark, str(batch), [delivered("m9-dup", 9, "k6", 7, txn=None)], DELIVERED_DDL, mode="append")
     result = run_gate(spark, str(warehouse), "B2")
     assert WINDOW in failed(result) and not result.success
+
+
+def test_a_missing_output_or_parent_snapshot_is_a_user_error_naming_it(spark, warehouse):
+    """The outputs are opened concurrently; the error still names the first missing one."""
+    shutil.rmtree(warehouse / "id_cache" / "batch_id=B1")
+    with pytest.raises(GateInputError, match="parent batch B1's id_cache snapshot is missing"):
+        run_gate(spark, str(warehouse), "B2")
+    shutil.rmtree(warehouse / "quarantine" / "batch_id=B2")
+    shutil.rmtree(warehouse / "dropped" / "batch_id=B2")
+    with pytest.raises(GateInputError, match=r"^dropped output missing: "):
+        run_gate(spark, str(warehouse), "B2")

@@ -13,9 +13,13 @@ failed expectation); everything proportional to the data stays in Spark.
 Cost: GX asks several questions of each table per expectation (counts, sample values, sample
 rows), each a Spark job, so every checked table is computed once and cached before GX sees it
 (``materialise.py``); GX validates each table as soon as it is cached, while the others are
-still being computed. The Data Docs site is built once per batch rather than once per
-checkpoint. ``result.json`` records the seconds each step took (``timings``; ``derive_s``
-overlaps ``validate_s``).
+still being computed. The few exceptions the big tables join back to their rows (repeated
+message_ids, keys accepted again, shared cache_seqs) are computed first and, when small,
+handed over as local tables (``materialise.SmallFrames``), so no batch row is shuffled. The
+GX project (context, checkpoints, suites) is opened once per process and quality directory
+and reused by later gate calls (a long-lived driver gates batch after batch). The Data Docs
+site is built once per batch rather than once per checkpoint. ``result.json`` records the
+seconds each step took (``timings``; ``derive_s`` overlaps ``validate_s``).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import shutil
 import sys
 import tempfile
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -172,16 +177,30 @@ class BatchOutputs:
 
 
 def read_batch(spark: SparkSession, warehouse: str, batch_id: str) -> BatchOutputs:
+    """The committed batch's outputs and its parent's ID-cache snapshot, as lazy DataFrames.
+
+    Opening a Parquet directory lists it and reads a footer for the schema (a Spark job each);
+    the five are opened concurrently. A missing one is reported as before: the first missing
+    output in ``layout.OUTPUTS`` order, then the parent's snapshot.
+    """
     manifest = read_manifest(spark, warehouse, batch_id)
-    outputs = {name: _read_output(spark, layout.output_dir(warehouse, name, batch_id), name)
-               for name in layout.OUTPUTS}
     parent = (manifest.get("parent") or {}).get("batch_id")
+    paths = {name: layout.output_dir(warehouse, name, batch_id) for name in layout.OUTPUTS}
     if parent:
-        parent_path = layout.output_dir(warehouse, "id_cache", parent)
-        if not HadoopFS(spark).exists(parent_path):
-            raise GateInputError(f"parent batch {parent}'s id_cache snapshot is missing: {parent_path}")
-        parent_id_cache = spark.read.parquet(parent_path)
-    else:
+        paths["parent_id_cache"] = layout.output_dir(warehouse, "id_cache", parent)
+
+    def open_output(name: str) -> DataFrame:
+        if name == "parent_id_cache":
+            if not HadoopFS(spark).exists(paths[name]):
+                raise GateInputError(f"parent batch {parent}'s id_cache snapshot is missing: {paths[name]}")
+            return spark.read.parquet(paths[name])
+        return _read_output(spark, paths[name], name)
+
+    with ThreadPoolExecutor(max_workers=len(paths), thread_name_prefix="gx-gate-read") as pool:
+        futures = {name: pool.submit(open_output, name) for name in paths}
+        outputs = {name: future.result() for name, future in futures.items()}
+    parent_id_cache = outputs.pop("parent_id_cache", None)
+    if parent_id_cache is None:
         parent_id_cache = outputs["id_cache"].limit(0)
     return BatchOutputs(manifest=manifest, parent_id_cache=parent_id_cache, **outputs)
 

@@ -20,6 +20,7 @@ from typing import Callable, Iterator
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 LIMIT_INITIAL_PARTITIONS = "spark.sql.limit.initialNumPartitions"
@@ -81,13 +82,7 @@ class MaterialisedTables:
     def _compute(self, name: str, build: Callable[[], DataFrame]) -> DataFrame:
         # Job groups are per thread: the Spark UI shows which table a job computes.
         self._spark.sparkContext.setJobGroup(f"gx-gate-derive-{name}", f"GX gate: compute the checked table {name}")
-        frame = build()
-        if frame.isLocal():
-            # Already a table in the driver (the accounting's four rows): each GX query of it
-            # runs without executors, and caching it would only cost jobs.
-            self._finished[name] = time.perf_counter()
-            return frame
-        frame = frame.coalesce(self._parallelism).persist(StorageLevel.MEMORY_AND_DISK)
+        frame = build().coalesce(self._parallelism).persist(StorageLevel.MEMORY_AND_DISK)
         self._cached.append(frame)
         frame.count()
         self._finished[name] = time.perf_counter()
@@ -125,9 +120,9 @@ class SmallFrames:
     rows back to the million rows of a batch by a shuffle moves every row for nothing. So each
     such frame is computed first (one aggregation over its key columns, in a thread of its
     own) and, when it has at most ``SMALL_ROWS`` rows, brought to the driver and handed to the
-    table as a local table: Spark broadcasts it, and when it is empty (the normal case) its
-    optimiser drops the join altogether (a left join to nothing, a semi join to nothing), so
-    the table is a single pass over the outputs. Larger, the frame is handed over as the lazy
+    table as a broadcast table; when it is empty (the normal case) as an empty relation, which
+    Spark's optimiser drops from the plan altogether (a left join to nothing, a semi join to
+    nothing), so the table is a single pass over the outputs. Larger, the frame is handed over as the lazy
     aggregation, joined by a shuffle as before. Either way the table's rows are the same.
     """
 
@@ -148,7 +143,11 @@ class SmallFrames:
             self.rows[name] = None
             return frame
         self.rows[name] = len(rows)
-        return self._spark.createDataFrame(rows, frame.schema)
+        if not rows:
+            # ``limit(0)`` is optimised into an empty local relation: the aggregation is not run
+            # again, and the joins to it are dropped from the table's plan.
+            return frame.limit(0)
+        return F.broadcast(self._spark.createDataFrame(rows, frame.schema))
 
     def get(self, name: str) -> DataFrame:
         """The frame, once computed (local when small); re-raises what computing it raised."""
