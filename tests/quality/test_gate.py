@@ -290,3 +290,51 @@ def test_batch_built_on_another_snapshot_of_its_parent_fails_the_gate(spark, war
     result = run_gate(spark, str(warehouse), "B2", GateSettings())
     assert failed(result) == {LINEAGE}
     assert "B1 was re-committed after B2" in outcome(result, "lineage", "parent").observed["observed_value"]
+
+
+def _persisted_rdd_ids(spark) -> set[int]:
+    return {int(rdd_id) for rdd_id in spark.sparkContext._jsc.getPersistentRDDs().keySet().toArray()}
+
+
+def test_gating_batch_after_batch_in_one_session_leaves_nothing_behind(spark, warehouse):
+    """A long-lived driver gates many batches in one SparkSession: each gate must release what it
+    cached (checked tables, small frames), register no temp view, leave no job group set, and
+    the second gate reuses the GX project the first opened."""
+    from msgdedup.quality import gate as gate_module
+
+    persisted, views = _persisted_rdd_ids(spark), {t.name for t in spark.catalog.listTables()}
+    first = run_gate(spark, str(warehouse), "B1")
+    (project,) = [p for key, p in gate_module._PROJECTS.items() if key[-1] == str(warehouse / "quality")]
+    second = run_gate(spark, str(warehouse), "B2")
+
+    assert first.success and second.success
+    assert _persisted_rdd_ids(spark) <= persisted, "a gate left cached frames behind"
+    assert {t.name for t in spark.catalog.listTables()} == views
+    assert spark.sparkContext.getLocalProperty("spark.jobGroup.id") is None
+    assert spark.sparkContext.getLocalProperty("spark.job.description") is None
+    (reused,) = [p for key, p in gate_module._PROJECTS.items() if key[-1] == str(warehouse / "quality")]
+    assert reused is project
+    # Both batches' results were stored and rendered through the one context.
+    for batch_id in ("B1", "B2"):
+        assert (warehouse / "quality" / batch_id / "result.json").is_file()
+    assert all(Path(e.data_docs_page).is_file() for e in second.expectations if e.suite != "lineage")
+
+
+def test_a_gate_reusing_its_project_still_fails_a_corrupted_batch(spark, warehouse):
+    """The reused project is not a cached verdict: a batch corrupted after a passing gate fails."""
+    assert run_gate(spark, str(warehouse), "B2").success
+    batch = warehouse / "delivered" / "batch_id=B2"
+    write_rows(spark, str(batch), [delivered("m9-dup", 9, "k6", 7, txn=None)], DELIVERED_DDL, mode="append")
+    result = run_gate(spark, str(warehouse), "B2")
+    assert WINDOW in failed(result) and not result.success
+
+
+def test_a_missing_output_or_parent_snapshot_is_a_user_error_naming_it(spark, warehouse):
+    """The outputs are opened concurrently; the error still names the first missing one."""
+    shutil.rmtree(warehouse / "id_cache" / "batch_id=B1")
+    with pytest.raises(GateInputError, match="parent batch B1's id_cache snapshot is missing"):
+        run_gate(spark, str(warehouse), "B2")
+    shutil.rmtree(warehouse / "quarantine" / "batch_id=B2")
+    shutil.rmtree(warehouse / "dropped" / "batch_id=B2")
+    with pytest.raises(GateInputError, match=r"^dropped output missing: "):
+        run_gate(spark, str(warehouse), "B2")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from msgdedup.quality.materialise import (
-    LIMIT_INITIAL_PARTITIONS, SHUFFLE_PARTITIONS, MaterialisedTables, gate_session,
+    LIMIT_INITIAL_PARTITIONS, SHUFFLE_PARTITIONS, MaterialisedTables, SmallFrames, gate_session,
 )
 
 
@@ -46,3 +46,20 @@ def test_tables_are_cached_until_closed_and_a_failing_table_fails_the_gate(spark
     assert set(seen) <= {"numbers", "letters"}
     assert all(not frame.is_cached for frame in seen.values())
     assert tables.seconds() >= 0
+
+
+def test_small_frames_come_back_as_local_tables_and_large_ones_stay_lazy(spark):
+    small = SmallFrames(spark, {
+        "none": lambda: spark.range(100).where("id < 0"),
+        "few": lambda: spark.range(100).where("id < 3"),
+        "many": lambda: spark.range(100).where("id < 50"),
+    }, limit=10)
+    try:
+        # Empty: optimised into an empty local relation, so a join to it disappears from the plan.
+        assert small.get("none").collect() == []
+        assert "LocalRelation <empty>" in small.get("none")._jdf.queryExecution().optimizedPlan().toString()
+        assert sorted(r.id for r in small.get("few").collect()) == [0, 1, 2]
+        assert small.get("many").count() == 50
+        assert small.rows == {"none": 0, "few": 3, "many": None}
+    finally:
+        small.close()

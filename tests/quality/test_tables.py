@@ -113,3 +113,29 @@ def test_key_window_names_deliveries_that_share_a_cache_seq(spark):
     assert rows["n1"] == "orders.eu cache_seq 5 is used by 2 deliveries (message_id n1 to n2); this one: n1, key k1"
     assert rows["n2"].endswith("this one: n2, key k2")
     assert [rows[m] for m in ("n3", "n4", "n5", "n6")] == [None, None, None, None]
+
+
+def test_tables_are_the_same_with_their_exceptions_computed_first(spark):
+    """The gate computes repeated ids, keys accepted again and shared cache_seqs first and hands
+    them over as local tables (materialise.SmallFrames); the rows must be the ones computed in-plan."""
+    parent = frame(spark, [entry("k2", 2, "m2", "B1"), entry("k4", 4, "m4", "B1")], ID_CACHE_DDL)
+    batch = frame(spark, [
+        delivered("n1", 1, "k4", 5), delivered("n2", 2, "k2", 6), delivered("n3", 3, "k9", 7),
+        delivered("n4", 4, "k9", 7), delivered("n5", 5, None, None), delivered("n6", 6, "k1", 10),
+    ], DELIVERED_DDL)
+    gone = frame(spark, [dropped("n3", 7, "k9", "duplicate", "n3"), dropped(None, 8, "k3", "duplicate", "n1")],
+                 DROPPED_DDL)
+    size = sizes(spark, **{"orders.eu": 3})
+
+    def local(df):
+        return spark.createDataFrame(df.collect(), df.schema)
+
+    def rows(df):
+        return sorted((tuple(r) for r in df.collect()), key=repr)
+
+    assert rows(tables.key_window(batch, parent, size, "B2",
+                                  local(tables.keys_accepted_again(batch, parent, "B2")),
+                                  local(tables.shared_cache_seqs(batch)))) == rows(
+        tables.key_window(batch, parent, size, "B2"))
+    assert rows(tables.messages(batch, gone, local(tables.repeated_message_ids(batch, gone)))) == rows(
+        tables.messages(batch, gone))

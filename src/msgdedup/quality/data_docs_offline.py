@@ -52,7 +52,7 @@ from typing import Any
 
 from great_expectations.render.renderer.site_builder import FALSEY_YAML_STRINGS, SiteBuilder
 from great_expectations.render.view import DefaultJinjaIndexPageView, DefaultJinjaPageView
-from jinja2 import BaseLoader, ChoiceLoader
+from jinja2 import BaseLoader, BytecodeCache, ChoiceLoader, FileSystemBytecodeCache
 
 ASSETS_DIR = Path(__file__).with_name("data_docs_assets")
 MANIFEST = ASSETS_DIR / "manifest.json"
@@ -147,6 +147,58 @@ def site_root(document: Any) -> str:
     raise ValueError(f"no known Data Docs page layout for renderer {kind!r}")
 
 
+class _CompiledTemplates(BytecodeCache):
+    """Compiled page templates, kept for this process and in Jinja's per-user cache directory.
+
+    GX makes a new Jinja environment for every view of every Data Docs build, and compiling its
+    page templates (``page.j2`` and the dozens it includes) is most of a build's time. Jinja
+    keys a compiled template by its name and checks it against the checksum of the source it
+    was compiled from (here: after the asset references are rewritten), so a changed template
+    is compiled again. A cache directory that cannot be written only means no reuse across
+    processes.
+    """
+
+    def __init__(self) -> None:
+        self._memory: dict[str, bytes] = {}
+        self._disk: FileSystemBytecodeCache | None = None
+        self._disk_failed = False
+
+    def _directory(self) -> FileSystemBytecodeCache | None:
+        if self._disk is None and not self._disk_failed:
+            try:
+                self._disk = FileSystemBytecodeCache()
+            except Exception:  # noqa: BLE001 - no usable cache directory: memory only
+                self._disk_failed = True
+        return self._disk
+
+    def load_bytecode(self, bucket) -> None:
+        code = self._memory.get(bucket.key)
+        if code is not None:
+            bucket.bytecode_from_string(code)
+            if bucket.code is not None:
+                return
+        disk = self._directory()
+        if disk is not None:
+            try:
+                disk.load_bytecode(bucket)
+            except Exception:  # noqa: BLE001 - an unreadable entry is compiled again
+                bucket.reset()
+        if bucket.code is not None:
+            self._memory[bucket.key] = bucket.bytecode_to_string()
+
+    def dump_bytecode(self, bucket) -> None:
+        self._memory[bucket.key] = bucket.bytecode_to_string()
+        disk = self._directory()
+        if disk is not None:
+            try:
+                disk.dump_bytecode(bucket)
+            except Exception:  # noqa: BLE001 - not written: compiled again by the next process
+                pass
+
+
+_COMPILED = _CompiledTemplates()
+
+
 class _OfflineViewMixin:
     """A GX page view whose templates reference the site's pinned assets (module docstring)."""
 
@@ -154,6 +206,7 @@ class _OfflineViewMixin:
         super().__init__(custom_styles_directory, custom_views_directory)  # type: ignore[call-arg]
         loaders = self.env.loader.loaders  # type: ignore[attr-defined]  # GX's ChoiceLoader
         self.env.loader = ChoiceLoader([_OfflineTemplates(loader) for loader in loaders])  # type: ignore[attr-defined]
+        self.env.bytecode_cache = _COMPILED  # type: ignore[attr-defined]
 
     def render(self, document, template=None, **kwargs):
         kwargs.setdefault(SITE_ROOT_VARIABLE, site_root(document))

@@ -13,9 +13,13 @@ failed expectation); everything proportional to the data stays in Spark.
 Cost: GX asks several questions of each table per expectation (counts, sample values, sample
 rows), each a Spark job, so every checked table is computed once and cached before GX sees it
 (``materialise.py``); GX validates each table as soon as it is cached, while the others are
-still being computed. The Data Docs site is built once per batch rather than once per
-checkpoint. ``result.json`` records the seconds each step took (``timings``; ``derive_s``
-overlaps ``validate_s``).
+still being computed. The few exceptions the big tables join back to their rows (repeated
+message_ids, keys accepted again, shared cache_seqs) are computed first and, when small,
+handed over as local tables (``materialise.SmallFrames``), so no batch row is shuffled. The
+GX project (context, checkpoints, suites) is opened once per process and quality directory
+and reused by later gate calls (a long-lived driver gates batch after batch). The Data Docs
+site is built once per batch rather than once per checkpoint. ``result.json`` records the
+seconds each step took (``timings``; ``derive_s`` overlaps ``validate_s``).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import shutil
 import sys
 import tempfile
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -40,7 +45,7 @@ from msgdedup.timing import StepTimer
 from msgdedup.engine.filesystem import HadoopFS, local_directory
 from msgdedup.quality import tables
 from msgdedup.quality.checks import CHECKED_TABLES, DATA_DOCS_SITE
-from msgdedup.quality.materialise import MaterialisedTables, gate_session
+from msgdedup.quality.materialise import MaterialisedTables, SmallFrames, gate_session
 from msgdedup.quality.project import default_project_dir, open_context
 
 log = logging.getLogger(__name__)
@@ -172,16 +177,30 @@ class BatchOutputs:
 
 
 def read_batch(spark: SparkSession, warehouse: str, batch_id: str) -> BatchOutputs:
+    """The committed batch's outputs and its parent's ID-cache snapshot, as lazy DataFrames.
+
+    Opening a Parquet directory lists it and reads a footer for the schema (a Spark job each);
+    the five are opened concurrently. A missing one is reported as before: the first missing
+    output in ``layout.OUTPUTS`` order, then the parent's snapshot.
+    """
     manifest = read_manifest(spark, warehouse, batch_id)
-    outputs = {name: _read_output(spark, layout.output_dir(warehouse, name, batch_id), name)
-               for name in layout.OUTPUTS}
     parent = (manifest.get("parent") or {}).get("batch_id")
+    paths = {name: layout.output_dir(warehouse, name, batch_id) for name in layout.OUTPUTS}
     if parent:
-        parent_path = layout.output_dir(warehouse, "id_cache", parent)
-        if not HadoopFS(spark).exists(parent_path):
-            raise GateInputError(f"parent batch {parent}'s id_cache snapshot is missing: {parent_path}")
-        parent_id_cache = spark.read.parquet(parent_path)
-    else:
+        paths["parent_id_cache"] = layout.output_dir(warehouse, "id_cache", parent)
+
+    def open_output(name: str) -> DataFrame:
+        if name == "parent_id_cache":
+            if not HadoopFS(spark).exists(paths[name]):
+                raise GateInputError(f"parent batch {parent}'s id_cache snapshot is missing: {paths[name]}")
+            return spark.read.parquet(paths[name])
+        return _read_output(spark, paths[name], name)
+
+    with ThreadPoolExecutor(max_workers=len(paths), thread_name_prefix="gx-gate-read") as pool:
+        futures = {name: pool.submit(open_output, name) for name in paths}
+        outputs = {name: future.result() for name, future in futures.items()}
+    parent_id_cache = outputs.pop("parent_id_cache", None)
+    if parent_id_cache is None:
         parent_id_cache = outputs["id_cache"].limit(0)
     return BatchOutputs(manifest=manifest, parent_id_cache=parent_id_cache, **outputs)
 
@@ -223,15 +242,38 @@ def lineage(spark: SparkSession, warehouse: str, batch_id: str, manifest: dict) 
                               observed=observed, sample_rows=[], kwargs={"column": "parent"})
 
 
-def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str) -> dict[str, Callable[[], DataFrame]]:
-    """How to build each checked table of ``checks.CHECKED_TABLES``, by name (lazy DataFrames)."""
-    sizes = tables.cache_sizes(spark, batch.manifest)
+def small_frames(batch: BatchOutputs, batch_id: str) -> dict[str, Callable[[], DataFrame]]:
+    """The exceptions the big checked tables join back to their rows (``materialise.SmallFrames``)."""
     return {
-        "messages": lambda: tables.messages(batch.delivered, batch.dropped),
-        "key_window": lambda: tables.key_window(batch.delivered, batch.parent_id_cache, sizes, batch_id),
+        "repeated_message_ids": lambda: tables.repeated_message_ids(batch.delivered, batch.dropped),
+        "keys_accepted_again": lambda: tables.keys_accepted_again(batch.delivered, batch.parent_id_cache, batch_id),
+        "shared_cache_seqs": lambda: tables.shared_cache_seqs(batch.delivered),
+    }
+
+
+def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str,
+                   small: SmallFrames | None = None) -> dict[str, Callable[[], DataFrame]]:
+    """How to build each checked table of ``checks.CHECKED_TABLES``, by name (lazy DataFrames).
+
+    With ``small`` (the exceptions of ``small_frames``, computed first), messages and key_window
+    take them from there instead of computing them inside their own plans. The accounting table
+    runs its one counting query when it is built (three numbers reach the driver).
+    """
+    sizes = tables.cache_sizes(spark, batch.manifest)
+
+    def get(name: str) -> DataFrame | None:
+        return small.get(name) if small is not None else None
+
+    def accounting() -> DataFrame:
+        counts = tables.output_counts(batch.delivered, batch.dropped, batch.quarantine).first()
+        return tables.accounting_from_counts(spark, batch.manifest, counts.asDict())
+
+    return {
+        "messages": lambda: tables.messages(batch.delivered, batch.dropped, get("repeated_message_ids")),
+        "key_window": lambda: tables.key_window(batch.delivered, batch.parent_id_cache, sizes, batch_id,
+                                                get("keys_accepted_again"), get("shared_cache_seqs")),
         "transactions": lambda: tables.transactions(batch.delivered, batch.dropped),
-        "accounting": lambda: tables.accounting(spark, batch.manifest, batch.delivered, batch.dropped,
-                                                batch.quarantine),
+        "accounting": accounting,
         "id_cache": lambda: tables.id_cache_occupancy(batch.id_cache, sizes),
     }
 
@@ -283,6 +325,62 @@ def _local_url_to_path(url: str | None) -> str | None:
     return url
 
 
+@dataclass
+class _OpenProject:
+    """A GX project opened for one quality directory: its context and its five checkpoints."""
+
+    key: tuple | None
+    context: Any
+    checkpoints: dict[str, Any]
+
+
+# Projects opened by earlier gate calls of this process, by (application, project directory and
+# its files' state, quality directory). A long-lived driver gates batch after batch: opening the
+# context and loading five checkpoints and their suites each time is pure Python work that gives
+# the same objects again. A project is taken out while a gate uses it (a concurrent gate of the
+# same warehouse opens its own) and put back after; the few most recent are kept.
+_PROJECTS: dict[tuple, _OpenProject] = {}
+_PROJECTS_LOCK = threading.Lock()
+_PROJECTS_KEPT = 4
+
+
+def _project_state(project_dir: Path) -> tuple:
+    """What the committed project's files are now: an edited suite or checkpoint opens it again."""
+    files = [project_dir / "great_expectations.yml"]
+    for sub in ("expectations", "validation_definitions", "checkpoints"):
+        files.extend(sorted((project_dir / sub).glob("*.json")))
+    return tuple((f.name, f.stat().st_mtime_ns, f.stat().st_size) for f in files if f.is_file())
+
+
+def _take_project(spark: SparkSession, project_dir: Path, gx_dir: str, reusable: bool) -> _OpenProject:
+    """The GX project for ``gx_dir``: one an earlier gate of this application left, or a new one.
+
+    Not reused for a scratch directory (a warehouse on another file system: the directory is
+    new each time) nor across Spark applications (GX's Spark engine holds the session it found).
+    """
+    project_dir = Path(project_dir).resolve()
+    key = None
+    if reusable and (project_dir / "great_expectations.yml").is_file():
+        key = (spark.sparkContext.applicationId, str(project_dir), _project_state(project_dir), gx_dir)
+        with _PROJECTS_LOCK:
+            project = _PROJECTS.pop(key, None)
+        if project is not None:
+            return project
+    context = open_context(project_dir, gx_dir)
+    checkpoints = {table.name: context.checkpoints.get(table.name) for table in CHECKED_TABLES}
+    return _OpenProject(key=key, context=context, checkpoints=checkpoints)
+
+
+def _give_back(project: _OpenProject) -> None:
+    """Keep ``project`` for the next gate of this process (the most recent few only)."""
+    if project.key is None:
+        return
+    with _PROJECTS_LOCK:
+        _PROJECTS[project.key] = project
+        while len(_PROJECTS) > _PROJECTS_KEPT:
+            _PROJECTS.pop(next(iter(_PROJECTS)))
+
+
 def run_gate(
     spark: SparkSession, warehouse: str, batch_id: str, settings: GateSettings | None = None
 ) -> GateResult:
@@ -308,8 +406,10 @@ def run_gate(
 
     now = datetime.now(timezone.utc)
     checked: MaterialisedTables | None = None
+    small: SmallFrames | None = None
     try:
-        checked = MaterialisedTables(session, checked_tables(session, batch, batch_id))
+        small = SmallFrames(session, small_frames(batch, batch_id))
+        checked = MaterialisedTables(session, checked_tables(session, batch, batch_id, small))
         with timer.step("import_gx"):
             # Usually done already (``preload_gx``); otherwise this is where the seconds go. Wait
             # for a preload still running: two threads importing GX at once can meet a partially
@@ -320,8 +420,9 @@ def run_gate(
             from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
         with timer.step("open_context"):
             # Also while the tables are computed: loading the checkpoints (and their suites).
-            context = open_context(settings.project_dir or default_project_dir(), gx_dir)
-            checkpoints = {table.name: context.checkpoints.get(table.name) for table in CHECKED_TABLES}
+            project = _take_project(spark, settings.project_dir or default_project_dir(), gx_dir,
+                                    reusable=scratch is None)
+            context, checkpoints = project.context, project.checkpoints
         run_id = RunIdentifier(run_name=batch_id, run_time=now)
         results: dict[str, list[tuple[Any, Any]]] = {}
         with timer.step("validate"):
@@ -335,8 +436,13 @@ def run_gate(
     finally:
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
         spark.sparkContext.setLocalProperty("spark.job.description", None)
-        if checked is not None:
-            checked.close()
+        # Cancel what still runs before waiting for any of it (a table may wait for a small frame).
+        for running in (small, checked):
+            if running is not None:
+                running.cancel()
+        for running in (checked, small):
+            if running is not None:
+                running.close()
     # Overlaps validate: the tables are computed while GX validates those already cached.
     timer.steps["derive_s"] = checked.seconds()
     validated = [(table.name, identifier, validation)
@@ -360,6 +466,7 @@ def run_gate(
             HadoopFS(spark).copy_from_local(layout.data_docs_dir(scratch), layout.data_docs_dir(quality_dir))
             shutil.rmtree(scratch, ignore_errors=True)
 
+    _give_back(project)
     gate = GateResult(
         batch_id=batch_id,
         run_id=batch.manifest.get("run_id"),

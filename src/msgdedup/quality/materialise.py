@@ -20,9 +20,16 @@ from typing import Callable, Iterator
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 LIMIT_INITIAL_PARTITIONS = "spark.sql.limit.initialNumPartitions"
+
+# A frame of "exceptions" (repeated ids, keys accepted again, shared sequence numbers) with at
+# most this many rows is brought to the driver and given to the checked table as a local table;
+# a larger one (a badly broken batch) stays in Spark and is joined by a shuffle as before, so the
+# driver's memory stays bounded.
+SMALL_ROWS = 10_000
 
 
 def gate_session(spark: SparkSession) -> SparkSession:
@@ -93,11 +100,70 @@ class MaterialisedTables:
         """From the start until the last table was cached."""
         return round(max(self._finished.values(), default=self._started) - self._started, 3)
 
+    def cancel(self) -> None:
+        """Cancel the tables not computed yet (the gate failed); ``close`` still has to be called."""
+        _cancel(self._spark, self._futures)
+
     def close(self) -> None:
         """Release the cached tables; a table still being computed (the gate failed) is cancelled."""
-        for name, future in self._futures.items():
-            if not future.cancel() and not future.done():
-                self._spark.sparkContext.cancelJobGroup(f"gx-gate-derive-{name}")
+        self.cancel()
         self._pool.shutdown(wait=True)
         for frame in self._cached:
             frame.unpersist()
+
+
+class SmallFrames:
+    """The few rows the checked tables join back to every row, computed first, each once.
+
+    The checked tables find what is wrong by aggregation (a message_id in two rows, a key
+    accepted again, a ``cache_seq`` used twice); normally nothing is, and joining those few
+    rows back to the million rows of a batch by a shuffle moves every row for nothing. So each
+    such frame is computed first (one aggregation over its key columns, in a thread of its
+    own) and, when it has at most ``SMALL_ROWS`` rows, brought to the driver and handed to the
+    table as a broadcast table; when it is empty (the normal case) as an empty relation, which
+    Spark's optimiser drops from the plan altogether (a left join to nothing, a semi join to
+    nothing), so the table is a single pass over the outputs. Larger, the frame is handed over as the lazy
+    aggregation, joined by a shuffle as before. Either way the table's rows are the same.
+    """
+
+    def __init__(self, spark: SparkSession, frames: dict[str, Callable[[], DataFrame]],
+                 limit: int = SMALL_ROWS) -> None:
+        self._spark = spark
+        self._limit = limit
+        self.rows: dict[str, int | None] = {}
+        self._pool = ThreadPoolExecutor(max_workers=max(1, len(frames)), thread_name_prefix="gx-gate-small")
+        self._futures: dict[str, Future] = {name: self._pool.submit(self._compute, name, build)
+                                            for name, build in frames.items()}
+
+    def _compute(self, name: str, build: Callable[[], DataFrame]) -> DataFrame:
+        self._spark.sparkContext.setJobGroup(f"gx-gate-derive-{name}", f"GX gate: compute {name}")
+        frame = build()
+        rows = frame.limit(self._limit + 1).collect()
+        if len(rows) > self._limit:
+            self.rows[name] = None
+            return frame
+        self.rows[name] = len(rows)
+        if not rows:
+            # ``limit(0)`` is optimised into an empty local relation: the aggregation is not run
+            # again, and the joins to it are dropped from the table's plan.
+            return frame.limit(0)
+        return F.broadcast(self._spark.createDataFrame(rows, frame.schema))
+
+    def get(self, name: str) -> DataFrame:
+        """The frame, once computed (local when small); re-raises what computing it raised."""
+        return self._futures[name].result()
+
+    def cancel(self) -> None:
+        """Cancel the frames not computed yet (the gate failed); ``close`` still has to be called."""
+        _cancel(self._spark, self._futures)
+
+    def close(self) -> None:
+        """Wait for the threads, cancelling any frame still being computed (nothing is cached)."""
+        self.cancel()
+        self._pool.shutdown(wait=True)
+
+def _cancel(spark: SparkSession, futures: dict[str, Future]) -> None:
+    """Cancel futures not started yet and the Spark jobs of those running (by their job group)."""
+    for name, future in futures.items():
+        if not future.cancel() and not future.done():
+            spark.sparkContext.cancelJobGroup(f"gx-gate-derive-{name}")

@@ -39,26 +39,41 @@ def cache_sizes(spark: SparkSession, manifest: Mapping) -> DataFrame:
     return spark.createDataFrame(rows, "cache string, id_cache_size long, manifest_entries long")
 
 
-def messages(delivered: DataFrame, dropped: DataFrame) -> DataFrame:
+def repeated_message_ids(delivered: DataFrame, dropped: DataFrame) -> DataFrame:
+    """``message_id, _copies, _delivered_copies`` of every message_id in more than one row of
+    delivered and dropped together (normally none). Aggregated over the id column only, so the
+    rows themselves never move: ``messages`` joins these few back to them."""
+    ids = (
+        delivered.select("message_id", F.lit(1).alias("_is_delivered"))
+        .unionByName(dropped.select("message_id", F.lit(0).alias("_is_delivered")))
+    )
+    return (
+        ids.where(F.col("message_id").isNotNull())
+        .groupBy("message_id")
+        .agg(F.count(F.lit(1)).alias("_copies"), F.sum("_is_delivered").cast("long").alias("_delivered_copies"))
+        .where(F.col("_copies") > 1)
+    )
+
+
+def messages(delivered: DataFrame, dropped: DataFrame, repeated: DataFrame | None = None) -> DataFrame:
     """Every delivered and dropped message, labelled with its output.
 
     Checked for the required fields and for message_id uniqueness: a message_id names one
     delivery attempt, so it may appear in exactly one output, once. ``duplicate_message_id``
     says how often, and where, a repeated message_id occurs (null when it occurs once; a
     missing message_id is the required-field check's finding, not this one's).
+
+    ``repeated``: ``repeated_message_ids(delivered, dropped)``, when the caller has computed it
+    already (the gate does, once, and broadcasts it when it is small: then the rows are never
+    shuffled).
     """
     columns = ["message_id", "address", "received_at", "source_file", "line_number"]
     rows = (
         delivered.select(F.lit("delivered").alias("output"), *columns)
         .unionByName(dropped.select(F.lit("dropped").alias("output"), *columns))
     )
-    repeated = (
-        rows.where(F.col("message_id").isNotNull())
-        .groupBy("message_id")
-        .agg(F.count(F.lit(1)).alias("_copies"),
-             F.sum((F.col("output") == "delivered").cast("long")).alias("_delivered_copies"))
-        .where(F.col("_copies") > 1)
-    )
+    if repeated is None:
+        repeated = repeated_message_ids(delivered, dropped)
     description = F.when(
         F.col("_copies").isNotNull(),
         F.format_string(
@@ -82,7 +97,49 @@ def _same_key(left: DataFrame, right: DataFrame, columns: tuple[str, ...], how: 
     return left.join(renamed, condition, how)
 
 
-def key_window(delivered: DataFrame, parent_id_cache: DataFrame, sizes: DataFrame, batch_id: str) -> DataFrame:
+def _current_acceptances(delivered: DataFrame, batch_id: str) -> DataFrame:
+    """This batch's checked deliveries as acceptances of their (cache, dedup_key)."""
+    return delivered.where(F.col("cache").isNotNull()).select(
+        "cache", "dedup_key", "cache_seq", "message_id",
+        F.lit(batch_id).alias("accepted_batch_id"), F.lit(True).alias("_in_batch"),
+    )
+
+
+def _acceptances(delivered: DataFrame, parent_id_cache: DataFrame, batch_id: str) -> DataFrame:
+    """This batch's acceptances and the parent snapshot's (what the cache held before)."""
+    history = parent_id_cache.select(
+        "cache", "dedup_key", "cache_seq", "message_id", "accepted_batch_id",
+        F.lit(False).alias("_in_batch"),
+    )
+    return _current_acceptances(delivered, batch_id).unionByName(history)
+
+
+_KEY = ("cache", "dedup_key")
+
+
+def keys_accepted_again(delivered: DataFrame, parent_id_cache: DataFrame, batch_id: str) -> DataFrame:
+    """``cache, dedup_key`` of every key accepted more than once in this batch and the parent
+    snapshot together: the only keys with a previous acceptance (normally few)."""
+    return (
+        _acceptances(delivered, parent_id_cache, batch_id)
+        .groupBy(*_KEY).agg(F.count(F.lit(1)).alias("_n")).where(F.col("_n") > 1).select(*_KEY)
+    )
+
+
+def shared_cache_seqs(delivered: DataFrame) -> DataFrame:
+    """``cache, cache_seq, _sharing, _first_id, _last_id`` of every (cache, cache_seq) that more
+    than one delivery of this batch carries (normally none)."""
+    return (
+        delivered.where(F.col("cache").isNotNull() & F.col("cache_seq").isNotNull())
+        .groupBy("cache", "cache_seq")
+        .agg(F.count(F.lit(1)).alias("_sharing"), F.min("message_id").alias("_first_id"),
+             F.max("message_id").alias("_last_id"))
+        .where(F.col("_sharing") > 1)
+    )
+
+
+def key_window(delivered: DataFrame, parent_id_cache: DataFrame, sizes: DataFrame, batch_id: str,
+               again: DataFrame | None = None, shared_numbers: DataFrame | None = None) -> DataFrame:
     """Each checked delivered message next to the previous acceptance of its key.
 
     The previous acceptance is looked for among this batch's deliveries and the parent's ID
@@ -93,33 +150,28 @@ def key_window(delivered: DataFrame, parent_id_cache: DataFrame, sizes: DataFram
     make the gap larger, so the snapshot is all the history needed.
 
     Only keys accepted more than once (in this batch and the snapshot together) have a
-    previous acceptance; they are found by aggregation and only their acceptances are put in
-    order, the rest has none.
+    previous acceptance; they are found by aggregation (``keys_accepted_again``) and only their
+    acceptances are put in order, the rest has none. ``again`` and ``shared_numbers``
+    (``shared_cache_seqs``) may be given already computed: the gate computes them once and
+    broadcasts them when they are small, so the deliveries are never shuffled.
     """
-    current = delivered.where(F.col("cache").isNotNull()).select(
-        "cache", "dedup_key", "cache_seq", "message_id",
-        F.lit(batch_id).alias("accepted_batch_id"), F.lit(True).alias("_in_batch"),
-    )
-    history = parent_id_cache.select(
-        "cache", "dedup_key", "cache_seq", "message_id", "accepted_batch_id",
-        F.lit(False).alias("_in_batch"),
-    )
-    acceptances = current.unionByName(history)
-    key = ("cache", "dedup_key")
-    again = (
-        acceptances.groupBy(*key).agg(F.count(F.lit(1)).alias("_n")).where(F.col("_n") > 1).select(*key)
-    )
-    by_key = Window.partitionBy(*key).orderBy(
+    current = _current_acceptances(delivered, batch_id)
+    acceptances = _acceptances(delivered, parent_id_cache, batch_id)
+    if again is None:
+        again = keys_accepted_again(delivered, parent_id_cache, batch_id)
+    if shared_numbers is None:
+        shared_numbers = shared_cache_seqs(delivered)
+    by_key = Window.partitionBy(*_KEY).orderBy(
         F.col("cache_seq").asc_nulls_first(), F.col("_in_batch"), F.col("message_id")
     )
     repeated = (
-        _same_key(acceptances, again, key, "left_semi")
+        _same_key(acceptances, again, _KEY, "left_semi")
         .withColumn("prev_message_id", F.lag("message_id").over(by_key))
         .withColumn("prev_cache_seq", F.lag("cache_seq").over(by_key))
         .withColumn("prev_batch_id", F.lag("accepted_batch_id").over(by_key))
         .where(F.col("_in_batch"))
     )
-    first = _same_key(current, again, key, "left_anti").select(
+    first = _same_key(current, again, _KEY, "left_anti").select(
         "*",
         F.lit(None).cast("string").alias("prev_message_id"),
         F.lit(None).cast("long").alias("prev_cache_seq"),
@@ -142,13 +194,6 @@ def key_window(delivered: DataFrame, parent_id_cache: DataFrame, sizes: DataFram
     )
     # cache_seq numbers a cache's acceptances: two deliveries sharing one in this batch
     # means one acceptance was counted twice (and the window arithmetic above is off).
-    shared_numbers = (
-        current.where(F.col("cache_seq").isNotNull())
-        .groupBy("cache", "cache_seq")
-        .agg(F.count(F.lit(1)).alias("_sharing"), F.min("message_id").alias("_first_id"),
-             F.max("message_id").alias("_last_id"))
-        .where(F.col("_sharing") > 1)
-    )
     shared = F.when(
         F.col("_sharing").isNotNull(),
         F.format_string(
@@ -170,34 +215,37 @@ def transactions(delivered: DataFrame, dropped: DataFrame) -> DataFrame:
     the same transaction. A ``duplicate`` of anything else (an earlier message, a message of
     another transaction) or a ``transaction_rejected`` next to delivered messages means the
     transaction was partly delivered.
+
+    ``duplicates_of_outside`` counts, per dropped duplicate, the delivered transactional
+    messages its ``duplicate_of`` names that belong to another transaction (1 when it names
+    none). All four counts come from one aggregation by txn_id over one row per delivered
+    message, dropped message and such pair: one shuffle instead of one per count and join.
     """
-    delivered_ids = delivered.where(F.col("txn_id").isNotNull()).select(
-        F.col("message_id").alias("duplicate_of"), F.col("txn_id").alias("_of_txn")
-    )
+    delivered_txn = delivered.where(F.col("txn_id").isNotNull())
     dropped_txn = dropped.where(F.col("txn_id").isNotNull())
-    outside_duplicates = (
+    delivered_ids = delivered_txn.select(F.col("message_id").alias("duplicate_of"), F.col("txn_id").alias("_of_txn"))
+    zero = F.lit(0).cast("long")
+    one = F.lit(1).cast("long")
+    outside = (
         dropped_txn.where(F.col("reason") == DUPLICATE)
         .select("txn_id", "duplicate_of")
         .join(delivered_ids, "duplicate_of", "left")
         .where(F.col("_of_txn").isNull() | (F.col("_of_txn") != F.col("txn_id")))
-        .groupBy("txn_id")
-        .agg(F.count(F.lit(1)).alias("duplicates_of_outside"))
+        .select("txn_id", zero.alias("delivered"), zero.alias("dropped"), zero.alias("transaction_rejected"),
+                one.alias("duplicates_of_outside"))
     )
-    delivered_counts = (
-        delivered.where(F.col("txn_id").isNotNull()).groupBy("txn_id").agg(F.count(F.lit(1)).alias("delivered"))
+    counted = (
+        delivered_txn.select("txn_id", one.alias("delivered"), zero.alias("dropped"),
+                             zero.alias("transaction_rejected"), zero.alias("duplicates_of_outside"))
+        .unionByName(dropped_txn.select(
+            "txn_id", zero.alias("delivered"), one.alias("dropped"),
+            (F.col("reason") == TRANSACTION_REJECTED).cast("long").alias("transaction_rejected"),
+            zero.alias("duplicates_of_outside")))
+        .unionByName(outside)
     )
-    dropped_counts = dropped_txn.groupBy("txn_id").agg(
-        F.count(F.lit(1)).alias("dropped"),
-        F.sum((F.col("reason") == TRANSACTION_REJECTED).cast("long")).alias("transaction_rejected"),
-    )
-    table = (
-        delivered_counts.join(dropped_counts, "txn_id", "full")
-        .join(outside_duplicates, "txn_id", "left")
-        .select(
-            "txn_id",
-            *[F.coalesce(F.col(c), F.lit(0)).cast("long").alias(c)
-              for c in ("delivered", "dropped", "transaction_rejected", "duplicates_of_outside")],
-        )
+    counts = ("delivered", "dropped", "transaction_rejected", "duplicates_of_outside")
+    table = counted.groupBy("txn_id").agg(
+        *[F.coalesce(F.sum(c), F.lit(0)).cast("long").alias(c) for c in counts]
     )
     partial = F.when(
         (F.col("delivered") > 0) & ((F.col("transaction_rejected") > 0) | (F.col("duplicates_of_outside") > 0)),
@@ -210,8 +258,33 @@ def transactions(delivered: DataFrame, dropped: DataFrame) -> DataFrame:
     return table.withColumn("partial_delivery", partial)
 
 
-def _count(frame: DataFrame, name: str) -> DataFrame:
-    return frame.agg(F.count(F.lit(1)).cast("long").alias(name))
+ACCOUNTED = ("input_lines", "delivered", "dropped", "quarantined")
+
+
+def output_counts(delivered: DataFrame, dropped: DataFrame, quarantine: DataFrame) -> DataFrame:
+    """One row: ``delivered, dropped, quarantined`` row counts, in one query that reads no
+    column (Parquet answers from its row-group counts)."""
+    def tagged(frame: DataFrame, name: str) -> DataFrame:
+        return frame.select(*[F.lit(1 if other == name else 0).alias(other)
+                              for other in ("delivered", "dropped", "quarantined")])
+
+    rows = tagged(delivered, "delivered").unionByName(tagged(dropped, "dropped")).unionByName(
+        tagged(quarantine, "quarantined"))
+    return rows.agg(*[F.coalesce(F.sum(c), F.lit(0)).cast("long").alias(c)
+                      for c in ("delivered", "dropped", "quarantined")])
+
+
+def accounting_from_counts(spark: SparkSession, manifest: Mapping, counts: Mapping[str, int]) -> DataFrame:
+    """``count, declared, actual, batch_id`` from the outputs' row counts (``output_counts``,
+    collected: three numbers) and the manifest's declared counts."""
+    declared = manifest.get("counts") or {}
+    actual = {name: int(counts[name]) for name in ("delivered", "dropped", "quarantined")}
+    actual["input_lines"] = actual["delivered"] + actual["dropped"] + actual["quarantined"]
+    return spark.createDataFrame(
+        [(name, _int_or_none(declared.get(name)), actual[name], str(manifest.get("batch_id")))
+         for name in ACCOUNTED],
+        "count string, declared long, actual long, batch_id string",
+    )
 
 
 def accounting(
@@ -221,27 +294,9 @@ def accounting(
     manifest's counts are the outputs' row counts.
 
     One row per count (long format) so that a single pair expectation covers them all and
-    its sample rows say which count is off.
+    its sample rows say which count is off. Runs ``output_counts`` (one small query).
     """
-    counts = manifest.get("counts") or {}
-    declared = spark.createDataFrame(
-        [(name, _int_or_none(counts.get(name))) for name in ("input_lines", "delivered", "dropped", "quarantined")],
-        "count string, declared long",
-    )
-    actual = (
-        _count(delivered, "delivered")
-        .crossJoin(_count(dropped, "dropped"))
-        .crossJoin(_count(quarantine, "quarantined"))
-        .select(
-            F.explode(F.create_map(
-                F.lit("input_lines"), F.col("delivered") + F.col("dropped") + F.col("quarantined"),
-                F.lit("delivered"), F.col("delivered"),
-                F.lit("dropped"), F.col("dropped"),
-                F.lit("quarantined"), F.col("quarantined"),
-            )).alias("count", "actual")
-        )
-    )
-    return declared.join(actual, "count", "full").withColumn("batch_id", F.lit(str(manifest.get("batch_id"))))
+    return accounting_from_counts(spark, manifest, output_counts(delivered, dropped, quarantine).first().asDict())
 
 
 def id_cache_occupancy(id_cache: DataFrame, sizes: DataFrame) -> DataFrame:
@@ -250,18 +305,23 @@ def id_cache_occupancy(id_cache: DataFrame, sizes: DataFrame) -> DataFrame:
     A snapshot larger than the cache would make the next batch see keys that Artemis had
     already forgotten (false duplicates); a key twice in one cache would mean the cache
     accepted a key it held; a cache missing from the manifest has no declared size.
+
+    Two plain aggregations rather than countDistinct (the same shuffle, less work per row);
+    the manifest's caches join the second one as rows of their own, which gives a full outer
+    join's rows without another shuffle.
     """
-    # Two plain aggregations rather than countDistinct: the same shuffle, less work per row.
     per_key = id_cache.groupBy("cache", "dedup_key").agg(F.count(F.lit(1)).alias("_held"))
-    per_cache = per_key.groupBy("cache").agg(
-        F.sum("_held").alias("entries"),
-        F.count("dedup_key").alias("distinct_keys"),
-    )
-    table = per_cache.join(sizes, "cache", "full").select(
-        "cache",
-        "id_cache_size",
-        *[F.coalesce(F.col(c), F.lit(0)).cast("long").alias(c)
-          for c in ("entries", "distinct_keys", "manifest_entries")],
+    declared = sizes.select("cache", F.lit(None).cast("string").alias("dedup_key"),
+                            F.lit(None).cast("long").alias("_held"), "id_cache_size", "manifest_entries",
+                            F.lit(True).alias("_declared"))
+    rows = per_key.select("cache", "dedup_key", "_held", F.lit(None).cast("long").alias("id_cache_size"),
+                          F.lit(None).cast("long").alias("manifest_entries"),
+                          F.lit(False).alias("_declared")).unionByName(declared)
+    table = rows.groupBy("cache").agg(
+        F.max("id_cache_size").alias("id_cache_size"),
+        F.coalesce(F.sum("_held"), F.lit(0)).cast("long").alias("entries"),
+        F.count(F.when(~F.col("_declared"), F.col("dedup_key"))).cast("long").alias("distinct_keys"),
+        F.coalesce(F.max("manifest_entries"), F.lit(0)).cast("long").alias("manifest_entries"),
     )
     problems = F.concat_ws(
         "; ",
