@@ -201,6 +201,18 @@ def test_engine_support_names_the_first_address_it_cannot_run():
         parse_settings({"address_settings": {"orders.eu": {"domain": "orders"}}}).check_engine_support()
 
 
+def test_the_engine_refuses_a_policy_it_cannot_run_and_writes_nothing(spark, tmp_path):
+    from msgdedup.engine.batch import run_batch
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_text(
+        '{"message_id":"m1","address":"jms.q","received_at":"2026-11-21T05:00:01Z"}\n')
+    apama = parse_settings({"address_settings": {"jms.q": {"policy": "apama"}}})
+    with pytest.raises(ConfigError, match="policy apama of address 'jms.q' is not supported by the Spark engine"):
+        run_batch(spark, str(tmp_path / "in"), str(tmp_path / "wh"), "2026-11-21T05", apama)
+    assert not (tmp_path / "wh").exists()
+
+
 def test_settings_still_pickle_to_their_data():
     import pickle
     settings = parse_settings({"address_settings": {"a": {"policy": "time", "duplicate_window": "PT5M",

@@ -50,6 +50,7 @@ def run_batch(spark: SparkSession, input_path: str, warehouse_root: str, batch_i
     writer committed while this run worked (nothing is committed then).
     """
     settings = settings or AddressSettings()
+    settings.check_engine_support()  # a policy only the reference model runs yet: refused, never ignored
     validate_batch_id(batch_id)
     timer = StepTimer()
     fs = HadoopFS(spark)
@@ -320,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         settings = load_settings(args.config)
+        settings.check_engine_support()
         validate_batch_id(args.batch_id)
     except USER_ERRORS as error:
         return report_error(error, exit_codes.USER_ERROR)
