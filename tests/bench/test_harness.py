@@ -208,7 +208,7 @@ def test_execute_wires_scenarios_history_airflow_and_targets(tmp_path, monkeypat
     assert met["per-batch time last ÷ first ≤ 1.2 over 3 batches"] is False
     assert met["ours ≤ 2.0× copy (300, hot address 50%, cache 20K)"] is True
     assert sum(c.startswith("history") for c in calls) == 3
-    assert calls[-5:-3] == ["per-batch-copy", "per-batch-ours"]
+    assert calls[-5:-3] == ["per-batch-copy", "per-batch-ours"], "then the backfill, the demo, the history"
     assert results["per_batch"]["runs"]["ours"]["x_copy"] == 1.3
     assert results["backfill"]["partitions"] == 3 and results["demo"]["wall_s"] == 170.0
     assert met["make demo (12 partitions, fresh home) ≤ 180 s"] is True
