@@ -158,7 +158,7 @@ def test_sigkill_during_writing(spark, clean_run, tmp_path):
     deadline = time.monotonic() + 240
     staging = wh / "_staging" / H6
     while time.monotonic() < deadline and process.poll() is None:
-        if staging.exists() and any(staging.glob("*/_work/parsed_fast/*.parquet")):
+        if staging.exists() and any(staging.glob("*/delivered/**/*.parquet")):
             break
         time.sleep(0.05)
     assert process.poll() is None, "the run finished before it could be killed"

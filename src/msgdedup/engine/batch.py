@@ -1,8 +1,10 @@
 """One batch, end to end: read, decide, stage, check the books, commit. And the CLI around it.
 
-The intermediate results (parsed lines, verdicts) are written to the run's staging area and read
-back rather than cached: each is computed exactly once (the Python parse is the expensive part),
-Spark can spill them freely, and every later step reads a deterministic, columnar copy.
+The intermediate results (parsed lines, verdicts) are cached, not written and read back: each is
+computed once, by the first Spark job that needs it, and a batch runs a job only where the driver
+needs an answer (the census of the parse, a few counts, the tally of the verdicts) or writes an
+output. Every intermediate is a deterministic function of the input, so a cached block Spark
+loses is recomputed to the same rows. Outputs are counted by their own writes (``Observation``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import uuid
 from datetime import datetime, timezone
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from msgdedup import __version__, exit_codes
@@ -37,9 +39,12 @@ class AccountingError(RuntimeError):
     """input lines != delivered + dropped + quarantined: never commit such a batch."""
 
 
-def _write(frame: DataFrame, path: str) -> DataFrame:
-    frame.write.mode("overwrite").parquet(path)
-    return frame.sparkSession.read.schema(frame.schema).parquet(path)
+def _write_counted(frame: DataFrame, path: str) -> tuple[DataFrame, int]:
+    """Write ``frame`` as Parquet; returns it read back and the rows the write itself counted (an
+    observed metric of the write's own job, so the books need no second pass over the output)."""
+    written = Observation(f"rows written to {path}")
+    frame.observe(written, F.count(F.lit(1)).alias("rows")).write.mode("overwrite").parquet(path)
+    return frame.sparkSession.read.schema(frame.schema).parquet(path), written.get["rows"]
 
 
 def run_batch(spark: SparkSession, input_path: str, warehouse_root: str, batch_id: str,
@@ -69,74 +74,12 @@ def _dedup_and_commit(spark: SparkSession, fs: HadoopFS, warehouse: Warehouse, t
     staging = warehouse.staging_dir(batch_id, run_id)
     timer.lap("plan")
 
-    # 1. parse every line once: in the JVM where it is certain, else in Python (parsing.py)
-    lines = read_lines(spark, files)
-    if lines is None:
-        parsed = spark.createDataFrame([], parsing.PARSED_SPARK_SCHEMA)
-    else:
-        fast = _write(parsing.fast_parse(lines), f"{staging}/_work/parsed_fast")
-        slow = _write(parsing.slow_parse(fast.filter("slow")), f"{staging}/_work/parsed_slow")
-        parsed = parsing.parsed_lines(fast, slow)
-    failpoint("after_parse")
-    timer.lap("parse")
-
-    # 2. order and decide, on the key columns only
-    valid, invalid = transforms.split_valid(parsed)
-    valid = parsing.with_cache_keys(valid, _cache_sizes(spark, valid, settings))
-    keys = valid.select(*transforms.KEY_COLUMNS)
-    kept: list[DataFrame] = []  # small computed frames, persisted until the batch is checked
-    repeated_ids = _kept(transforms.repeated_message_ids(keys), kept)
-    flagged = _write(transforms.flag_duplicate_message_ids(
-        keys, _broadcast_if_small(repeated_ids, repeated_ids.count()), [f.path for f in files]),
-        f"{staging}/_work/keys")
-    parent_snapshot = spark.read.parquet(warehouse.output_dir("id_cache", parent)) if parent else None
-    counters_in = parent_manifest["caches"] if parent_manifest else {}
-    messages = transforms.messages(flagged)
-    batch_keys = _kept(transforms.batch_keys(messages), kept)
-    entries_met = None
-    if parent_snapshot is not None:
-        entries_met = _kept(transforms.entries_met(
-            parent_snapshot, _broadcast_if_small(batch_keys, batch_keys.count())), kept)
-    repeated_keys = _kept(transforms.repeated_keys(batch_keys, entries_met), kept)
-    marked = transforms.mark_repeated(messages, _broadcast_if_small(repeated_keys, repeated_keys.count()))
-    units = _write(transforms.rank_in_caches(transforms.assign_units(marked)), f"{staging}/_work/units")
-    decisions = _write(transforms.decide(transforms.decision_stream(units, entries_met), settings, counters_in),
-                       f"{staging}/_work/decisions")
-    verdicts = _write(transforms.verdicts(units, decisions, transforms.copies(flagged), _counters(spark, counters_in)),
-                      f"{staging}/_work/verdicts")
-    tally = _Tally(transforms.verdict_counts(verdicts).collect())
-    caches = manifests.cache_counters(counters_in, tally.accepted_per_cache(), settings)
-    timer.lap("decide")
-
-    # 3. stage the outputs: each output joins the verdicts it keeps to the wide rows
-    def verdicts_of(outcome: str) -> DataFrame:
-        return _broadcast_if_small(transforms.with_outcome(verdicts, outcome), tally.of(outcome))
-
-    staged = {
-        "delivered": transforms.delivered(valid, verdicts_of(kernel.DELIVERED)),
-        "dropped": transforms.dropped(valid, verdicts_of(kernel.DROPPED)),
-        "quarantine": transforms.quarantine(
-            invalid, valid, transforms.copies(flagged) if tally.of(transforms.QUARANTINED) else None),
-        "id_cache": transforms.snapshot(verdicts, parent_snapshot, _floors(spark, caches), batch_id),
-    }
-    written = {}
-    for name, frame in staged.items():
-        written[name] = _write(frame, f"{staging}/{name}")
-        if name == "delivered":
-            failpoint("while_staging")
-    timer.lap("write")
-
-    # 4. check the books and build the manifest
-    counts = _counts(parsed.count(), tally, written)
-    digests = {}
-    for row in transforms.entry_digests(written["id_cache"]).collect():
-        caches[row["cache"]]["entries"] = row["entries"]
-        digests[row["cache"]] = row["digest"]
-    fingerprint = manifests.snapshot_fingerprint(caches, digests)
-    invalidate = _check_history(warehouse, txn, fingerprint, invalidate_later)
-    for frame in kept:
-        frame.unpersist()
-    fs.delete(f"{staging}/_work")
+    kept: list[DataFrame] = []  # intermediate frames, cached until the batch is checked
+    try:
+        counts, caches, fingerprint, invalidate = _decide_and_stage(
+            spark, warehouse, txn, files, parent, parent_manifest, staging, settings, invalidate_later, timer, kept)
+    finally:
+        _release(kept)
     timer.lap("check")
 
     manifest = {
@@ -157,6 +100,85 @@ def _dedup_and_commit(spark: SparkSession, fs: HadoopFS, warehouse: Warehouse, t
     }
     warehouse.commit(txn, manifest, invalidate)
     return manifest
+
+
+def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transaction, files: list, parent: str | None,
+                      parent_manifest: dict | None, staging: str, settings: AddressSettings,
+                      invalidate_later: bool, timer: StepTimer, kept: list[DataFrame]):
+    """Parse, decide and stage the outputs; returns (counts, caches, snapshot fingerprint, batches
+    to invalidate). Every intermediate frame is cached (and listed in ``kept``) instead of written
+    and read back: each is computed once, by the first action that needs it, and a Spark job is
+    only run where the driver needs an answer (a count, a tally) or an output is written."""
+    # 1. parse every line once: in the JVM where it is certain, else in Python (parsing.py)
+    lines = read_lines(spark, files)
+    if lines is None:
+        parsed = spark.createDataFrame([], parsing.PARSED_SPARK_SCHEMA)
+        input_lines, addresses = 0, set()
+    else:
+        fast = _kept(parsing.fast_parse(lines), kept, StorageLevel.DISK_ONLY)
+        seen = parsing.census(fast).first()
+        input_lines, addresses = seen["lines"], set(seen["addresses"])
+        slow = None
+        if seen["slow"]:
+            slow = _kept(parsing.slow_parse(fast.filter("slow")), kept, StorageLevel.DISK_ONLY)
+            addresses |= set(parsing.census(slow).first()["addresses"])
+        parsed = parsing.parsed_lines(fast, slow)
+    failpoint("after_parse")
+    timer.lap("parse")
+
+    # 2. order and decide, on the key columns only
+    valid, invalid = transforms.split_valid(parsed)
+    valid = parsing.with_cache_keys(valid, _cache_sizes(spark, addresses, settings))
+    keys = valid.select(*transforms.KEY_COLUMNS)
+    repeated_ids = _kept(transforms.repeated_message_ids(keys), kept)
+    flagged = _kept(transforms.flag_duplicate_message_ids(
+        keys, _broadcast_if_small(repeated_ids, repeated_ids.count()), [f.path for f in files]), kept)
+    parent_snapshot = spark.read.parquet(warehouse.output_dir("id_cache", parent)) if parent else None
+    counters_in = parent_manifest["caches"] if parent_manifest else {}
+    messages = transforms.messages(flagged)
+    batch_keys = _kept(transforms.batch_keys(messages), kept)
+    entries_met = None
+    if parent_snapshot is not None:
+        entries_met = _kept(transforms.entries_met(
+            parent_snapshot, _broadcast_if_small(batch_keys, batch_keys.count())), kept)
+    repeated_keys = _kept(transforms.repeated_keys(batch_keys, entries_met), kept)
+    marked = transforms.mark_repeated(messages, _broadcast_if_small(repeated_keys, repeated_keys.count()))
+    units = _kept(transforms.rank_in_caches(transforms.assign_units(marked)), kept)
+    decisions = _kept(transforms.decide(transforms.decision_stream(units, entries_met), settings, counters_in),
+                      kept)
+    verdicts = _kept(transforms.verdicts(units, decisions, transforms.copies(flagged),
+                                         _counters(spark, counters_in)), kept)
+    tally = _Tally(transforms.verdict_counts(verdicts).collect())
+    caches = manifests.cache_counters(counters_in, tally.accepted_per_cache(), settings)
+    timer.lap("decide")
+
+    # 3. stage the outputs: each output joins the verdicts it keeps to the wide rows
+    def verdicts_of(outcome: str) -> DataFrame:
+        return _broadcast_if_small(transforms.with_outcome(verdicts, outcome), tally.of(outcome))
+
+    staged = {
+        "delivered": transforms.delivered(valid, verdicts_of(kernel.DELIVERED)),
+        "dropped": transforms.dropped(valid, verdicts_of(kernel.DROPPED)),
+        "quarantine": transforms.quarantine(
+            invalid, valid, transforms.copies(flagged) if tally.of(transforms.QUARANTINED) else None),
+        "id_cache": transforms.snapshot(verdicts, parent_snapshot, _floors(spark, caches), txn.batch_id),
+    }
+    written = {}
+    for name, frame in staged.items():
+        written[name] = _write_counted(frame, f"{staging}/{name}")
+        if name == "delivered":
+            failpoint("while_staging")
+    timer.lap("write")
+
+    # 4. check the books
+    counts = _counts(input_lines, tally, {name: rows for name, (_, rows) in written.items()})
+    digests = {}
+    for row in transforms.entry_digests(written["id_cache"][0]).collect():
+        caches[row["cache"]]["entries"] = row["entries"]
+        digests[row["cache"]] = row["digest"]
+    fingerprint = manifests.snapshot_fingerprint(caches, digests)
+    invalidate = _check_history(warehouse, txn, fingerprint, invalidate_later)
+    return counts, caches, fingerprint, invalidate
 
 
 class _Tally:
@@ -188,9 +210,10 @@ class _Tally:
         return dict(sorted(by_address.items()))
 
 
-def _counts(input_lines: int, tally: _Tally, written: dict[str, DataFrame]) -> dict:
-    """The books: every input line is in exactly one staged output, as the verdicts say."""
-    delivered, dropped, quarantined = (written[name].count() for name in ("delivered", "dropped", "quarantine"))
+def _counts(input_lines: int, tally: _Tally, written: dict[str, int]) -> dict:
+    """The books: every input line is in exactly one staged output, as the verdicts say.
+    ``written``: the rows each output's write reported (``_write_counted``)."""
+    delivered, dropped, quarantined = (written[name] for name in ("delivered", "dropped", "quarantine"))
     expected = (tally.of(kernel.DELIVERED), tally.of(kernel.DROPPED),
                 input_lines - tally.of(kernel.DELIVERED) - tally.of(kernel.DROPPED))
     # The verdicts sum to the input by construction, so matching them balances the books.
@@ -211,10 +234,9 @@ def _counts(input_lines: int, tally: _Tally, written: dict[str, DataFrame]) -> d
     }
 
 
-def _cache_sizes(spark: SparkSession, valid: DataFrame, settings: AddressSettings) -> DataFrame:
+def _cache_sizes(spark: SparkSession, addresses: set[str], settings: AddressSettings) -> DataFrame:
     """id_cache_size of every address in the batch: few rows, matched by config.py once each."""
-    addresses = [r[0] for r in valid.select("address").distinct().collect()]
-    return spark.createDataFrame([(a, settings.id_cache_size(a)) for a in addresses],
+    return spark.createDataFrame([(a, settings.id_cache_size(a)) for a in sorted(addresses)],
                                  "address string, id_cache_size long")
 
 
@@ -224,12 +246,28 @@ def _cache_sizes(spark: SparkSession, valid: DataFrame, settings: AddressSetting
 BROADCAST_MAX_ROWS = 2_000_000
 
 
-def _kept(frame: DataFrame, kept: list[DataFrame]) -> DataFrame:
-    """``frame`` persisted (and listed in ``kept`` for unpersisting), so that counting it and then
-    joining it computes it once."""
-    frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
+def _kept(frame: DataFrame, kept: list[DataFrame], level: StorageLevel = StorageLevel.MEMORY_AND_DISK) -> DataFrame:
+    """``frame``, computed once by the first job that needs it and kept (listed in ``kept`` for
+    ``_release``), so every later use of it (a count, a join, an output) reads it.
+
+    A local checkpoint rather than ``persist``: it also cuts the lineage, so each later query
+    plans over a leaf instead of the whole chain. Persisted frames nested in one another made
+    Spark's planning (matching every subtree against every cached plan) cost seconds per query,
+    more than the work. The wide parsed rows are kept on local disk only: they are read twice
+    (census, outputs) and would crowd the heap of a 1g driver."""
+    frame = frame.localCheckpoint(eager=False, storageLevel=level)
     kept.append(frame)
     return frame
+
+
+def _release(kept: list[DataFrame]) -> None:
+    """Drop the blocks of ``_kept`` frames now: a warm batch service runs batch after batch, and
+    Spark would only clean them when the JVM's garbage collector gets to them."""
+    for frame in kept:
+        plan = frame._jdf.queryExecution().analyzed()  # a LogicalRDD: the checkpointed rows
+        if plan.getClass().getSimpleName() == "LogicalRDD":
+            plan.rdd().unpersist(False)
+    kept.clear()
 
 
 def _broadcast_if_small(frame: DataFrame, rows: int) -> DataFrame:

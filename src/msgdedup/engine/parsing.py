@@ -175,9 +175,20 @@ def slow_parse(slow_rows: DataFrame) -> DataFrame:
         _parse_batches, PARSED_SPARK_SCHEMA)
 
 
-def parsed_lines(fast: DataFrame, slow: DataFrame) -> DataFrame:
-    """Every line once: the fast rows and the decided slow ones."""
-    return fast.filter(~F.col("slow")).select(*PARSED_COLUMNS).unionByName(slow.select(*PARSED_COLUMNS))
+def parsed_lines(fast: DataFrame, slow: DataFrame | None) -> DataFrame:
+    """Every line once: the fast rows and the decided slow ones (None: there were none)."""
+    decided = fast.filter(~F.col("slow")).select(*PARSED_COLUMNS)
+    return decided if slow is None else decided.unionByName(slow.select(*PARSED_COLUMNS))
+
+
+def census(parsed: DataFrame) -> DataFrame:
+    """One row: the lines (``lines``), how many the fast path left to Python (``slow``, when
+    ``parsed`` is ``fast_parse``'s) and the distinct addresses of the decided ones
+    (``addresses``; few). Whatever the batch needs to know before it decides, in one pass: the
+    pass that computes (and caches) the parse."""
+    slow = F.count_if(F.col("slow")) if "slow" in parsed.columns else F.lit(0).cast("long")
+    return parsed.agg(F.count(F.lit(1)).alias("lines"), slow.alias("slow"),
+                      F.collect_set("address").alias("addresses"))
 
 
 # -- keys -------------------------------------------------------------------------------------------
