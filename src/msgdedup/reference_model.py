@@ -47,13 +47,23 @@ class CacheEntry:
     """Apama caches: the sender (``source_id``) whose queue the key entered."""
 
 
+# §9: a cache remembers the keys that left its window for this many times its size (acceptances).
+AUDIT_HORIZON_MULTIPLE = 4
+# §9: the recommended size holds this share of a cache's misses.
+AUDIT_COVERAGE = 0.99
+
+
 @dataclass
 class Cache:
-    """A fixed-size ring of accepted keys, oldest first (spec §3): policy ``count``."""
+    """A fixed-size ring of accepted keys, oldest first (spec §3): policy ``count``.
+
+    ``left`` holds the entries that left the ring, oldest first, for the window-miss audit (§9);
+    nothing that decides an outcome reads it."""
 
     size: int
     last_seq: int = 0
     entries: deque = field(default_factory=deque)
+    left: deque = field(default_factory=deque)
 
     def find(self, key: str, at: int | None = None) -> CacheEntry | None:
         for entry in self.entries:
@@ -66,16 +76,33 @@ class Cache:
         self.last_seq += 1
         self.entries.append(CacheEntry(key, self.last_seq, message_id, address, batch_id))
         while len(self.entries) > self.size:
-            self.entries.popleft()
+            self.left.append(self.entries.popleft())
         return self.last_seq
+
+    def find_left(self, key: str) -> CacheEntry | None:
+        """§9: the latest entry of ``key`` that left the window, if the cache still remembers one."""
+        for entry in reversed(self.left):
+            if entry.key == key:
+                return entry
+        return None
+
+    def forget(self) -> None:
+        """§9, at the end of a batch: entries more than size × (1 + horizon multiple) acceptances
+        old are forgotten."""
+        horizon = self.size * (1 + AUDIT_HORIZON_MULTIPLE)
+        while self.left and self.left[0].seq <= self.last_seq - horizon:
+            self.left.popleft()
 
     def on_duplicate(self, entry: CacheEntry, source: str | None, at: int) -> None:
         """A found entry is not refreshed or moved (§3)."""
 
     def resized(self, size: int) -> "Cache":
         """A shrinking cache keeps its newest entries (spec §5)."""
-        kept = list(self.entries)[-size:] if size > 0 else []
-        return Cache(size=size, last_seq=self.last_seq, entries=deque(kept))
+        entries = list(self.entries)
+        kept = entries[-size:] if size > 0 else []
+        shed = entries[:len(entries) - len(kept)]  # they leave the window like any evicted entry
+        return Cache(size=size, last_seq=self.last_seq, entries=deque(kept),
+                     left=deque(sorted([*self.left, *shed], key=lambda e: e.seq)))
 
     def fits(self, setting: AddressSetting) -> bool:
         return setting.policy == COUNT and setting.id_cache_size == self.size
@@ -289,6 +316,8 @@ class BatchResult:
     quarantined: list[dict]
     caches: dict[str, Cache]
     started_from: tuple = ()
+    window_misses: list[dict] = field(default_factory=list)
+    """§9: delivered messages a bigger window would have dropped, with ``needed`` and ``missed_by``."""
 
     def snapshot_entries(self) -> list[dict]:
         """Every cache's entries; time and Apama caches add what their policy needs (§8.5)."""
@@ -402,13 +431,17 @@ def _run(batch_id, parent, lines, settings, caches) -> BatchResult:
 
     delivered: list[dict] = []
     dropped: list[dict] = []
+    misses: list[dict] = []
     for unit in _units(messages):
         for checked in unit:
             if checked.cache is not None:
                 _prepare_cache(caches, checked.cache, settings.setting_for(checked.message.address))
-        _process_unit(unit, caches, batch_id, delivered, dropped)
+        _process_unit(unit, caches, batch_id, delivered, dropped, misses)
+    for cache in caches.values():
+        if isinstance(cache, Cache):
+            cache.forget()
 
-    return BatchResult(batch_id, parent, delivered, dropped, quarantined, caches)
+    return BatchResult(batch_id, parent, delivered, dropped, quarantined, caches, window_misses=misses)
 
 
 def _cache_and_key(message: Message, settings: AddressSettings) -> tuple[str | None, str | None]:
@@ -445,7 +478,7 @@ def _units(messages: list[Checked]) -> list[list[Checked]]:
     return [members for _, members in positioned]
 
 
-def _process_unit(unit, caches, batch_id, delivered, dropped) -> None:
+def _process_unit(unit, caches, batch_id, delivered, dropped, misses) -> None:
     """§4, one unit: look up against the caches as they stand before the unit.
 
     §8: the unit happens at its commit point, the ``received_at`` of its last message: time and
@@ -483,16 +516,51 @@ def _process_unit(unit, caches, batch_id, delivered, dropped) -> None:
         return
 
     # §4.4: delivered; keys enter their caches in message order.
+    before = {c.cache: caches[c.cache].last_seq for c in unit if c.cache is not None}
     for i, checked in enumerate(unit):
         if i in repeats:
             dropped.append(_dropped(checked, DUPLICATE, repeats[i].message.message_id))
             continue
+        if checked.cache is not None:
+            _audit(checked, caches[checked.cache], before[checked.cache], misses)
         seq = None
         if checked.cache is not None:
             seq = caches[checked.cache].accept(
                 checked.key, checked.message.message_id, checked.message.address, batch_id,
                 at=at, source=checked.message.source_id)
         delivered.append({**_identity(checked), "cache_seq": seq})
+
+
+def _audit(checked: Checked, cache, counter_before: int, misses: list[dict]) -> None:
+    """§9: a delivered key the cache remembers as having left its window is a window miss."""
+    if not isinstance(cache, Cache):
+        return
+    entry = cache.find_left(checked.key)
+    if entry is None:
+        return
+    needed = counter_before - entry.seq + 1
+    if needed <= cache.size * (1 + AUDIT_HORIZON_MULTIPLE):
+        misses.append({**_identity(checked), "previous_message_id": entry.message_id,
+                       "previous_batch_id": entry.batch_id, "needed": needed,
+                       "missed_by": needed - cache.size})
+
+
+def window_audit(result: BatchResult) -> dict[str, dict]:
+    """§9, per cache with a count window: its misses, the largest ``missed_by`` and the
+    recommended ``id_cache_size`` (the smallest window holding AUDIT_COVERAGE of the misses)."""
+    audit = {}
+    for name, cache in sorted(result.caches.items()):
+        if not isinstance(cache, Cache):
+            continue
+        needed = sorted(m["needed"] for m in result.window_misses if m["cache"] == name)
+        rank = -(-len(needed) * AUDIT_COVERAGE // 1)  # nearest rank: ceil(coverage × n)
+        audit[name] = {
+            "misses": len(needed),
+            "max_missed_by": max((m["missed_by"] for m in result.window_misses if m["cache"] == name), default=0),
+            "id_cache_size": cache.size,
+            "recommended_id_cache_size": max(cache.size, needed[int(rank) - 1]) if needed else cache.size,
+        }
+    return audit
 
 
 def _identity(checked: Checked) -> dict:
