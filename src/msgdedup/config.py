@@ -47,6 +47,11 @@ DEFAULT_EXPIRY_SECONDS = 120
 """Apama's default ``dupDetectionExpiryTimeSecs`` (2 minutes)."""
 DEFAULT_DUPLICATE_WINDOW_US = 120 * 1_000_000
 """NATS JetStream's default ``duplicate_window`` (2 minutes), in microseconds like received_at."""
+AUDIT_HORIZON_MULTIPLE = 4
+"""docs/semantics.md §9: a count cache remembers keys that left its window for this many times its
+size in acceptances (the window-miss audit's horizon)."""
+AUDIT_COVERAGE = 0.99
+"""§9: the recommended ``id_cache_size`` holds this share of a cache's window misses."""
 MAX_WINDOW_SECONDS = 10000 * 366 * 86400
 """Longer than any two ``received_at`` can be apart (years 1 to 9999): a window beyond it is a
 mistake, and refusing it keeps every instant arithmetic within 64 bits for the engine."""

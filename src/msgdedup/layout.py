@@ -4,7 +4,7 @@ A warehouse root holds::
 
     runs/<ID>.json                    manifest of committed batch <ID> (its existence = committed)
     runs/<ID>.stale.json              manifest of a batch invalidated by reprocessing an older one
-    <output>/batch_id=<ID>/           Parquet outputs: delivered, dropped, quarantine, id_cache
+    <output>/batch_id=<ID>/           Parquet outputs: delivered, dropped, quarantine, id_cache, left_keys
     quality/<ID>/result.json          the GX gate's verdict on the batch
     quality/data_docs/                the Data Docs site of every gate run
     published/<ID>.json               write-audit-publish record (the gate passed for that run)
@@ -24,7 +24,12 @@ from __future__ import annotations
 import os
 import re
 
-OUTPUTS = ("delivered", "dropped", "quarantine", "id_cache")
+# What the GX gate checks: the outcome of every line and the ID cache later batches start from.
+GATED_OUTPUTS = ("delivered", "dropped", "quarantine", "id_cache")
+# left_keys: the keys that left their window, remembered for the window-miss audit
+# (docs/semantics.md §9); committed with the batch, but no outcome depends on it.
+LEFT_KEYS = "left_keys"
+OUTPUTS = (*GATED_OUTPUTS, LEFT_KEYS)
 
 RUNS = "runs"
 QUALITY = "quality"

@@ -18,7 +18,8 @@ from bisect import insort
 from collections import deque
 from dataclasses import dataclass, field, replace
 
-from msgdedup.config import APAMA, COUNT, TIME, AddressSetting, AddressSettings
+from msgdedup.config import (APAMA, AUDIT_COVERAGE, AUDIT_HORIZON_MULTIPLE, COUNT, TIME, AddressSetting,
+                             AddressSettings)
 from msgdedup.envelope import InvalidLine, Message, parse_line, printable_raw_line
 from msgdedup.keys import bridge_cache_name, cache_key
 
@@ -45,12 +46,6 @@ class CacheEntry:
     """Time and Apama caches: the cache's time (µs) when the key entered it (§8)."""
     source: str | None = None
     """Apama caches: the sender (``source_id``) whose queue the key entered."""
-
-
-# §9: a cache remembers the keys that left its window for this many times its size (acceptances).
-AUDIT_HORIZON_MULTIPLE = 4
-# §9: the recommended size holds this share of a cache's misses.
-AUDIT_COVERAGE = 0.99
 
 
 @dataclass

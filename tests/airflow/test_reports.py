@@ -83,3 +83,30 @@ def test_every_committed_batch_id_is_listed_and_has_a_page(tmp_path):
     assert page["committed"] and page["run_id"] == "n1"
     index = render_index(trends.trends(wh), wh).body.decode()
     assert "href='batches/nightly-01'" in index and "href='batches/zz'" in index
+
+
+def test_batch_page_shows_the_window_miss_audit(tmp_path):
+    """§9: the caches whose window let resends through, the most first, with the recommended size."""
+    wh = _warehouse(tmp_path)
+    manifest = json.loads((wh / "runs" / f"{BATCH}.json").read_text())
+    html = render_batch(reports.batch_report(wh, BATCH)).body.decode()
+    assert "Not recorded: this batch was committed before the engine kept the audit" in html
+    manifest["window_audit"] = {
+        "orders.eu": {"address": "orders.eu", "misses": 3, "max_missed_by": 40, "id_cache_size": 20,
+                      "recommended_id_cache_size": 60},
+        "<i>x</i>": {"address": "<i>x</i>", "misses": 5, "max_missed_by": 0, "id_cache_size": 20,
+                     "recommended_id_cache_size": 20},
+        "payments.eu": {"address": "payments.eu", "misses": 0, "max_missed_by": 0, "id_cache_size": 20,
+                        "recommended_id_cache_size": 20},
+    }
+    (wh / "runs" / f"{BATCH}.json").write_text(json.dumps(manifest))
+    html = render_batch(reports.batch_report(wh, BATCH)).body.decode()
+    audit = html[html.index("Window-miss audit"):html.index("Dedup report")]
+    assert "8 message(s) were delivered" in audit
+    assert audit.index("&lt;i&gt;x&lt;/i&gt;") < audit.index("orders.eu")  # the most misses first
+    assert "<i>x</i>" not in audit and "payments.eu" not in audit  # escaped; no misses, not listed
+    assert "<tr class='unpublished'><td><code>orders.eu</code></td>" in audit and "<b>60</b>" in audit
+    manifest["window_audit"] = {"orders.eu": {**manifest["window_audit"]["payments.eu"], "address": "orders.eu"}}
+    (wh / "runs" / f"{BATCH}.json").write_text(json.dumps(manifest))
+    html = render_batch(reports.batch_report(wh, BATCH)).body.decode()
+    assert "every window was big enough for this batch" in html

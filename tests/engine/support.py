@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 
-from msgdedup.reference_model import RawLine
+from msgdedup.reference_model import RawLine, window_audit
 
-OUTPUTS = ("delivered", "dropped", "quarantine", "id_cache")
+OUTPUTS = ("delivered", "dropped", "quarantine", "id_cache", "left_keys")
 
 
 def message(mid, address="a", at=1, key=None, bridge=None, txn=None, **extra):
@@ -79,6 +79,11 @@ def outcome_view(warehouse: Path, batch_id: str) -> dict:
             (r["cache"], r["dedup_key"], r["cache_seq"], r["message_id"], r["accepted_batch_id"])
             for r in snapshot),
         "counters": {name: info["last_seq"] for name, info in manifest(warehouse, batch_id)["caches"].items()},
+        "left_keys": sorted(
+            (r["cache"], r["dedup_key"], r["cache_seq"], r["message_id"], r["accepted_batch_id"])
+            for r in read_output(warehouse, "left_keys", batch_id)),
+        "window_audit": {name: {k: v for k, v in audit.items() if k != "address"}
+                         for name, audit in manifest(warehouse, batch_id)["window_audit"].items()},
     }
 
 
@@ -95,4 +100,7 @@ def model_view(result) -> dict:
             (e["cache"], e["dedup_key"], e["cache_seq"], e["message_id"], e["accepted_batch_id"])
             for e in result.snapshot_entries()),
         "counters": result.counters(),
+        "left_keys": sorted((name, e.key, e.seq, e.message_id, e.batch_id)
+                            for name, cache in result.caches.items() for e in getattr(cache, "left", ())),
+        "window_audit": window_audit(result),
     }

@@ -143,3 +143,16 @@ def test_misses_are_the_deliveries_of_a_key_accepted_within_the_horizon_but_outs
             earlier[(d["cache"], d["dedup_key"])] = d["cache_seq"]
         got = sorted((m["message_id"], m["needed"]) for m in result.window_misses)
         assert got == sorted(expected)
+
+
+def test_a_key_a_shrink_dropped_stays_left_when_the_window_grows(tmp_path):
+    """§5/§9: the window shrinks to 1 (x leaves), then grows to 4: x does not come back, so its
+    resend is delivered, a miss the window as it is now would have caught (missed_by <= 0)."""
+    model = ReferenceModel()
+    first = write_batch(tmp_path / "r1", {"p.jsonl": [message("m1", key="x", at=1), message("m2", key="y", at=2)]})
+    model.run_batch("2026-11-21T05", first, sized(1))
+    second = write_batch(tmp_path / "r2", {"p.jsonl": [message("m3", key="x", at=1)]})
+    result = model.run_batch("2026-11-21T06", second, sized(4))
+    assert [r["message_id"] for r in result.delivered] == ["m3"]
+    assert misses(result) == [("m3", "m1", 2, -2)]
+    assert window_audit(result)["a"]["recommended_id_cache_size"] == 4

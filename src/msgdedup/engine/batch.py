@@ -20,12 +20,12 @@ from pyspark.sql import functions as F
 
 from msgdedup import __version__, exit_codes
 from msgdedup.config import AddressSettings, ConfigError, load_settings
-from msgdedup.engine import kernel, manifest as manifests, parsing, transforms
+from msgdedup.engine import audit, kernel, manifest as manifests, parsing, transforms
 from msgdedup.engine.filesystem import HadoopFS
 from msgdedup.engine.reading import InputError, list_input_files, read_lines
 from msgdedup.engine.lease import WarehouseBusy
 from msgdedup.engine.warehouse import CommitConflict, Transaction, Warehouse, failpoint
-from msgdedup.layout import BatchIdError, validate_batch_id
+from msgdedup.layout import LEFT_KEYS, BatchIdError, validate_batch_id
 from msgdedup.timing import StepTimer
 
 PROG = "dedup_batch"
@@ -76,7 +76,7 @@ def _dedup_and_commit(spark: SparkSession, fs: HadoopFS, warehouse: Warehouse, t
 
     kept: list[DataFrame] = []  # intermediate frames, cached until the batch is checked
     try:
-        counts, caches, fingerprint, invalidate = _decide_and_stage(
+        counts, caches, fingerprint, invalidate, window_audit = _decide_and_stage(
             spark, warehouse, txn, files, parent, parent_manifest, staging, settings, invalidate_later, timer, kept)
     finally:
         _release(kept)
@@ -96,6 +96,7 @@ def _dedup_and_commit(spark: SparkSession, fs: HadoopFS, warehouse: Warehouse, t
         "caches": caches,
         "snapshot_fingerprint": fingerprint,
         "invalidated": invalidate,
+        "window_audit": window_audit,
         "timings": timer.as_dict(),
     }
     warehouse.commit(txn, manifest, invalidate)
@@ -106,7 +107,7 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
                       parent_manifest: dict | None, staging: str, settings: AddressSettings,
                       invalidate_later: bool, timer: StepTimer, kept: list[DataFrame]):
     """Parse, decide and stage the outputs; returns (counts, caches, snapshot fingerprint, batches
-    to invalidate). Every intermediate frame is cached (and listed in ``kept``) instead of written
+    to invalidate, window audit). Every intermediate frame is cached (and listed in ``kept``) instead of written
     and read back: each is computed once, by the first action that needs it, and a Spark job is
     only run where the driver needs an answer (a count, a tally) or an output is written."""
     # 1. parse every line once: in the JVM where it is certain, else in Python (parsing.py)
@@ -137,10 +138,14 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     counters_in = parent_manifest["caches"] if parent_manifest else {}
     messages = transforms.messages(flagged)
     batch_keys = _kept(transforms.batch_keys(messages), kept)
-    entries_met = None
-    if parent_snapshot is not None:
-        entries_met = _kept(transforms.entries_met(
-            parent_snapshot, _broadcast_if_small(batch_keys, batch_keys.count())), kept)
+    parent_left = _parent_left_keys(spark, warehouse, parent)
+    keys_side = batch_keys
+    if parent_snapshot is not None or parent_left is not None:
+        keys_side = _broadcast_if_small(batch_keys, batch_keys.count())
+    # the parent's entries the batch's keys can meet: in its snapshot, and in its record of keys
+    # that left their window (§9, the window-miss audit)
+    entries_met, left_met = (None if entries is None else _kept(transforms.entries_met(entries, keys_side), kept)
+                             for entries in (parent_snapshot, parent_left))
     repeated_keys = _kept(transforms.repeated_keys(batch_keys, entries_met), kept)
     marked = transforms.mark_repeated(messages, _broadcast_if_small(repeated_keys, repeated_keys.count()))
     units = _kept(transforms.rank_in_caches(transforms.assign_units(marked)), kept)
@@ -152,6 +157,16 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     caches = manifests.cache_counters(counters_in, tally.accepted_per_cache(), settings)
     timer.lap("decide")
 
+    # the window-miss audit (§9): misses among the keys that can have an earlier acceptance
+    bounds = spark.createDataFrame(audit.bounds_rows(caches), "cache string, size long, floor long, horizon long")
+    met = [frame.select(*audit.ENTRY_COLUMNS) for frame in (entries_met, left_met) if frame is not None]
+    earlier = met[0].unionByName(met[1]) if len(met) == 2 else (
+        met[0] if met else spark.createDataFrame([], audit.ENTRY_SCHEMA))
+    misses = audit.window_misses(verdicts, units, earlier, audit.audit_keys(repeated_keys, left_met), bounds,
+                                 txn.batch_id)
+    window_audit = audit.report(caches, audit.summary(misses).collect())
+    timer.lap("audit")
+
     # 3. stage the outputs: each output joins the verdicts it keeps to the wide rows
     def verdicts_of(outcome: str) -> DataFrame:
         return _broadcast_if_small(transforms.with_outcome(verdicts, outcome), tally.of(outcome))
@@ -162,6 +177,8 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
         "quarantine": transforms.quarantine(
             invalid, valid, transforms.copies(flagged) if tally.of(transforms.QUARANTINED) else None),
         "id_cache": transforms.snapshot(verdicts, parent_snapshot, _floors(spark, caches), txn.batch_id),
+        LEFT_KEYS: audit.left_keys(_union(audit.acceptances(verdicts, txn.batch_id), parent_snapshot), parent_left,
+                                   bounds),
     }
     written = {}
     for name, frame in staged.items():
@@ -178,7 +195,24 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
         digests[row["cache"]] = row["digest"]
     fingerprint = manifests.snapshot_fingerprint(caches, digests)
     invalidate = _check_history(warehouse, txn, fingerprint, invalidate_later)
-    return counts, caches, fingerprint, invalidate
+    return counts, caches, fingerprint, invalidate, window_audit
+
+
+def _parent_left_keys(spark: SparkSession, warehouse: Warehouse, parent: str | None) -> DataFrame | None:
+    """The parent's record of keys that left their window; None without a parent, or for a
+    parent committed before the audit existed (its misses are then not seen: the record starts
+    with this batch)."""
+    if parent is None:
+        return None
+    path = warehouse.output_dir(LEFT_KEYS, parent)
+    return spark.read.parquet(path) if warehouse.fs.exists(path) else None
+
+
+def _union(first: DataFrame, *others: DataFrame | None) -> DataFrame:
+    for other in others:
+        if other is not None:
+            first = first.unionByName(other.select(*first.columns))
+    return first
 
 
 class _Tally:

@@ -351,15 +351,30 @@ def _drilldown_links(r: dict[str, Any]) -> str:
 
 
 def _window_audit(r: dict[str, Any]) -> str:
-    """Reserved for the window-miss audit (issue 12 item 3): keys delivered again only because
-    they had left their cache's window, and the id_cache_size that would have caught them. The
-    engine does not record it yet; once the manifest carries it (``reports.batch_report`` passes
-    it on as ``window_audit``), it is rendered here."""
+    """The window-miss audit (docs/semantics.md §9): per cache, the keys delivered again only
+    because they had left the window, and the id_cache_size that would have caught 99% of them.
+    Caches with misses first, the most first; a cache whose window is too small stands out."""
     audit = r.get("window_audit")
-    if not audit:
-        return ""
+    if audit is None:
+        return ("<h2>Window-miss audit</h2><p>Not recorded: this batch was committed before the engine "
+                "kept the audit.</p>") if r["committed"] else ""
+    caches = sorted(audit.items(), key=lambda item: (-item[1]["misses"], item[0]))
+    missed = [(name, a) for name, a in caches if a["misses"]]
+    if not missed:
+        return ("<h2>Window-miss audit</h2><p>No key was delivered again after leaving its window "
+                f"({len(caches)} cache(s) checked): every window was big enough for this batch.</p>")
+    rows = [[f"<code>{_e(name)}</code>", _e(a.get("address", "")), _e(a["misses"]), _e(a["max_missed_by"]),
+             _e(a["id_cache_size"]),
+             f"<b>{_e(a['recommended_id_cache_size'])}</b>" if a["recommended_id_cache_size"] > a["id_cache_size"]
+             else _e(a["recommended_id_cache_size"])] for name, a in missed]
+    classes = ["unpublished" if a["recommended_id_cache_size"] > a["id_cache_size"] else "" for _, a in missed]
     return ("<h2>Window-miss audit</h2>"
-            f"<pre>{_e(json.dumps(audit, indent=1, sort_keys=True))}</pre>")
+            f"<p>{sum(a['misses'] for _, a in missed)} message(s) were delivered although their key had been "
+            "accepted before on the same cache and had left its window since (the audit looks back 5x "
+            "<code>id_cache_size</code> acceptances). Recommended: the <code>id_cache_size</code> whose window "
+            "would have held 99% of them.</p>"
+            + _table(["cache", "address", "window misses", "largest miss (acceptances past the window)",
+                      "id_cache_size", "recommended id_cache_size"], rows, classes))
 
 
 # ---------------------------------------------------------------- drill-down pages

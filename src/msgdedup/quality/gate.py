@@ -181,11 +181,11 @@ def read_batch(spark: SparkSession, warehouse: str, batch_id: str) -> BatchOutpu
 
     Opening a Parquet directory lists it and reads a footer for the schema (a Spark job each);
     the five are opened concurrently. A missing one is reported as before: the first missing
-    output in ``layout.OUTPUTS`` order, then the parent's snapshot.
+    output in ``layout.GATED_OUTPUTS`` order, then the parent's snapshot.
     """
     manifest = read_manifest(spark, warehouse, batch_id)
     parent = (manifest.get("parent") or {}).get("batch_id")
-    paths = {name: layout.output_dir(warehouse, name, batch_id) for name in layout.OUTPUTS}
+    paths = {name: layout.output_dir(warehouse, name, batch_id) for name in layout.GATED_OUTPUTS}
     if parent:
         paths["parent_id_cache"] = layout.output_dir(warehouse, "id_cache", parent)
 
