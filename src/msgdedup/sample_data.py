@@ -16,6 +16,10 @@ What is in it (all with ``properties._AMQ_DUPL_ID`` unless said otherwise):
 - bridge duplicates: messages forwarded by a core bridge carry ``properties._AMQ_BRIDGE_DUP``;
   a bridge resend repeats that id;
 - keyless messages (``telemetry.raw``: no duplicate id at all);
+- late resends: an ``inventory.updates`` producer restored from a backup resends messages of two
+  to three hours earlier (new message ids, the same duplicate ids). The demo's window on that
+  address (``DEMO_ADDRESS_SETTINGS``) holds about an hour of its keys, so they get through: what
+  the window-miss audit (docs/semantics.md §9) is there to find;
 - ``received_at`` as ISO-8601 with an offset or as epoch milliseconds;
 - a few malformed lines (broken JSON, missing field, no UTC offset, wrong types, bad bytes).
 
@@ -43,6 +47,11 @@ TXN_ADDRESSES = ("orders.eu", "payments.eu")
 OFFSETS = (timezone.utc, timezone(timedelta(hours=1)), timezone(timedelta(hours=-5)),
            timezone(timedelta(hours=5, minutes=30)))
 SUCCESS_MARKER = "_SUCCESS"
+LATE_RESEND_ADDRESS = "inventory.updates"
+# The demo's address settings: Artemis' default everywhere, and on the late resends' address a
+# window of about an hour of its keys (some 45 an hour), too small for a resend hours later.
+DEMO_ADDRESS_SETTINGS = {"address_settings": {"#": {"id_cache_size": 20000},
+                                              LATE_RESEND_ADDRESS: {"id_cache_size": 50}}}
 
 
 @dataclass
@@ -156,6 +165,20 @@ class Generator:
             self.add(later, dict(doc, message_id=self._uuid(), received_at=self._received_at(later),
                                  properties=dict(doc["properties"])), "bridge_duplicate")
 
+    def late_resends(self, start: datetime, end: datetime, per_hour: int = 3) -> None:
+        """Generated after every hour (it only adds events): ``per_hour`` resends an hour, from the
+        third hour on, of ``LATE_RESEND_ADDRESS`` originals two to three hours old."""
+        originals = [e for e in self.events if e.doc and e.doc["address"] == LATE_RESEND_ADDRESS
+                     and "txn_id" not in e.doc and "_AMQ_DUPL_ID" in e.doc["properties"]]
+        hour = start + timedelta(hours=3)
+        while hour < end:
+            old = [e for e in originals if hour - timedelta(hours=3) <= e.at < hour - timedelta(hours=2)]
+            for original in self.rng.sample(old, k=min(per_hour, len(old))):
+                at = original.at + timedelta(hours=2, seconds=self.rng.uniform(0, 3600))
+                self.add(at, dict(original.doc, message_id=self._uuid(), received_at=self._received_at(at),
+                                  properties=dict(original.doc["properties"])), "late_resend")
+            hour += timedelta(hours=1)
+
     def malformed(self, start: datetime) -> None:
         at = start + timedelta(seconds=self.rng.uniform(0, 3599))
         good = self.message(at, "orders.eu")
@@ -188,6 +211,7 @@ def write_partitions(out: Path, start: datetime, hours: int, seed: int = 7,
     for h in range(hours):
         gen.hour(start + timedelta(hours=h), messages_per_hour)
     end = start + timedelta(hours=hours)
+    gen.late_resends(start, end)
     by_hour: dict[datetime, list[Event]] = {}
     for event in gen.events:
         if event.at < end:  # a retry past the last hour is simply not exported yet

@@ -113,3 +113,27 @@ def test_empty_and_filtered_out_warehouses(tmp_path):
     wh = trend_warehouse(tmp_path / "wh")
     t = trends.trends(wh, TrendFilter(since=date(2030, 1, 1)))
     assert "No batch matches this filter." in render_index(t, wh).body.decode()
+
+
+def test_window_misses_per_batch_and_per_cache(tmp_path):
+    """§9: misses per batch (None before the audit existed), per cache summed over the batches
+    shown with the largest recommended size; the index charts them and flags the cache."""
+    root = trend_warehouse(tmp_path)
+    for i, b in enumerate(HOURS[4:], start=4):
+        path = root / "runs" / f"{b}.json"
+        m = json.loads(path.read_text())
+        m["window_audit"] = {"orders.eu": {"address": "orders.eu", "misses": i - 2, "max_missed_by": 10 * i,
+                                           "id_cache_size": 100, "recommended_id_cache_size": 100 + 10 * i},
+                             "BRIDGE.orders.us": {"address": "orders.us", "misses": 0, "max_missed_by": 0,
+                                                  "id_cache_size": 1000, "recommended_id_cache_size": 1000}}
+        path.write_text(json.dumps(m))
+    t = trends.trends(root)
+    assert [p["window_misses"] for p in t["points"]] == [None, None, None, None, 2, 3]
+    caches = {c["cache"]: c for c in t["caches"]}
+    assert caches["orders.eu"]["window_misses"] == 5 and caches["orders.eu"]["recommended_id_cache_size"] == 150
+    assert caches["BRIDGE.orders.us"]["window_misses"] == 0
+    assert caches["BRIDGE.orders.us"]["recommended_id_cache_size"] == 1000
+    only_us = trends.trends(root, TrendFilter(address="orders.us"))
+    assert [p["window_misses"] for p in only_us["points"]][-2:] == [0, 0]
+    html = render_index(t, root).body.decode()
+    assert "id='trend-window-misses'" in html and "<b>150</b>" in html and "<b class='stale'>5</b>" in html

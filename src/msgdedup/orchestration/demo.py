@@ -30,6 +30,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from msgdedup import reports, sample_data
 from msgdedup.orchestration import settings
 from msgdedup.orchestration.local_airflow import PROJECT_ROOT, LocalAirflow
@@ -234,17 +236,29 @@ def wait_for_runs(af: LocalAirflow, batch_ids: list[str], timeout: float, every:
 
 def summary(warehouse: Path, batch_ids: list[str], runs: dict[str, dict]) -> list[str]:
     header = f"{'batch':14s} {'run':8s} {'delivered':>9s} {'duplicates':>10s} {'txn rejected':>12s} " \
-             f"{'quarantined':>11s}  {'gate':8s} published"
+             f"{'quarantined':>11s} {'window misses':>13s}  {'gate':8s} published"
     lines = [header, "-" * len(header)]
+    too_small: dict[str, dict[str, int]] = {}  # cache -> misses, id_cache_size, largest recommendation
     for b in batch_ids:
         r = reports.batch_report(warehouse, b, max_rows=0)
         c = r["counts"]
         gate = (r["gate"] or {}).get("status", "not run")
+        audit = r.get("window_audit")
+        misses = None if audit is None else sum(a["misses"] for a in audit.values())
+        for name, a in (audit or {}).items():
+            if a["misses"]:
+                seen = too_small.setdefault(name, {"misses": 0, "id_cache_size": a["id_cache_size"], "recommended": 0})
+                seen["misses"] += a["misses"]
+                seen["recommended"] = max(seen["recommended"], a["recommended_id_cache_size"])
         lines.append(
             f"{b:14s} {(runs.get(b) or {}).get('state') or '-':8s} {_n(c['delivered']):>9s} "
             f"{_n(c['by_reason'].get('duplicate')):>10s} {_n(c['by_reason'].get('transaction_rejected')):>12s} "
-            f"{_n(c['quarantined']):>11s}  {gate:8s} {'yes' if r['published'] else 'no'}"
+            f"{_n(c['quarantined']):>11s} {_n(misses):>13s}  {gate:8s} {'yes' if r['published'] else 'no'}"
         )
+    for name, seen in sorted(too_small.items()):
+        lines.append(f"Window-miss audit: {seen['misses']} resend(s) on {name} got through because its window "
+                     f"(id_cache_size {seen['id_cache_size']}) was too small; recommended id_cache_size: "
+                     f"{seen['recommended']} (the batch pages say which and by how much)")
     return lines
 
 
@@ -272,6 +286,15 @@ def check_pool(af: LocalAirflow, token: str) -> None:
         )
 
 
+def demo_config(state_dir: Path) -> Path:
+    """The demo's address settings file (``sample_data.DEMO_ADDRESS_SETTINGS``: one window too
+    small for the sample's late resends, so the window-miss audit has something to show)."""
+    path = state_dir / "address-settings.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(sample_data.DEMO_ADDRESS_SETTINGS, sort_keys=False))
+    return path
+
+
 def start_airflow(af: LocalAirflow, raw: Path, warehouse: Path) -> str:
     """Step 2: configure and start Airflow (or reuse the running one); return an API token once
     the DAG is parsed and the warehouse pool is there."""
@@ -279,11 +302,11 @@ def start_airflow(af: LocalAirflow, raw: Path, warehouse: Path) -> str:
         log(f"configuring Airflow in {af.home} (SQLite, LocalExecutor, parallelism {af.parallelism})")
         af.configure()
         af.migrate()
-        configure_airflow_objects(af, raw, warehouse, None)
+        configure_airflow_objects(af, raw, warehouse, demo_config(af.home / "demo"))
         log("starting " + ", ".join(af.components))
         af.start()
     else:
-        configure_airflow_objects(af, raw, warehouse, None)
+        configure_airflow_objects(af, raw, warehouse, demo_config(af.home / "demo"))
         log(f"Airflow already running in {af.home}")
     af.wait_api()
     token = af.token()

@@ -225,6 +225,8 @@ def render_index(t: dict[str, Any], warehouse: Path) -> HTMLResponse:
          "messages dropped because their transaction held a duplicate"),
         ("quarantined", "Quarantined lines", lambda p: p["quarantined"], _int,
          "whole batch: a bad line has no trusted address" if flt.address else "lines that could not be used"),
+        ("window-misses", "Window misses", lambda p: p["window_misses"], _int,
+         "resends delivered because their key had left a too-small window (the window-miss audit)"),
     ]
     for key, title, value, fmt, note in metrics:
         parts.append(f"<section class='trend' id='trend-{key}'><h3>{_e(title)} <small>— "
@@ -241,10 +243,13 @@ def render_index(t: dict[str, Any], warehouse: Path) -> HTMLResponse:
     parts.append("<p class='note'>Fill = entries / id_cache_size after the newest batch shown. A full cache "
                  "forgets its oldest keys: a repeat of one is delivered again.</p>")
     cache_headers = ["cache", "address", "fill (newest batch)", "entries", "id_cache_size",
-                     "fill over the batches shown"]
+                     "fill over the batches shown", "window misses", "recommended id_cache_size"]
     parts.append(_table(cache_headers, [
         [_e(c["cache"]), _e(c["address"]), charts.fill_bar(c["latest_fill_pct"]), _e(c["entries"]),
-         _e(c["id_cache_size"]), charts.sparkline(c["series"])]
+         _e(c["id_cache_size"]), charts.sparkline(c["series"]),
+         f"<b class='stale'>{_e(c['window_misses'])}</b>" if c["window_misses"] else "0",
+         f"<b>{_e(c['recommended_id_cache_size'])}</b>"
+         if (c["recommended_id_cache_size"] or 0) > (c["id_cache_size"] or 0) else _e(c["recommended_id_cache_size"])]
         for c in t["caches"]
     ]) if t["caches"] else "<p>No cache.</p>")
     parts.append("<h2>Batches, newest first</h2>")

@@ -115,12 +115,16 @@ def point(warehouse: str | Path, batch_id: str, address: str | None = None) -> d
                                           mine.get("transaction_rejected", 0)) if counts else (None, None, None)
     valid = None if delivered is None else delivered + (duplicate or 0) + (rejected or 0)
     caches = {}
+    audit = shown.get("window_audit")  # docs/semantics.md §9; None for batches committed before it
     for name, c in sorted((shown.get("caches") or {}).items()):
         if address is not None and c.get("address") != address:
             continue
         size, entries = c.get("id_cache_size") or 0, c.get("entries") or 0
+        missed = (audit or {}).get(name) or {}
         caches[name] = {"address": c.get("address"), "entries": entries, "id_cache_size": size,
-                        "fill_pct": round(100.0 * entries / size, 1) if size else None}
+                        "fill_pct": round(100.0 * entries / size, 1) if size else None,
+                        "window_misses": missed.get("misses", 0),
+                        "recommended_id_cache_size": missed.get("recommended_id_cache_size", size)}
     when = batch_time(batch_id, shown.get("committed_at"))
     return {
         "batch_id": batch_id,
@@ -137,6 +141,7 @@ def point(warehouse: str | Path, batch_id: str, address: str | None = None) -> d
         "quarantined": counts.get("quarantined"),  # of the whole batch: bad lines have no trusted address
         "addresses": sorted((counts.get("by_address") or {}).keys()),
         "caches": caches,
+        "window_misses": None if audit is None else sum(c["window_misses"] for c in caches.values()),
     }
 
 
@@ -145,7 +150,8 @@ def trends(warehouse: str | Path, flt: TrendFilter = TrendFilter()) -> dict[str,
 
     ``caches``: every cache seen in the points, with its fill per batch (``series``, oldest
     first, None where the batch did not have it) and its latest fill, ordered by latest fill
-    (fullest first), so an undersized cache heads the list.
+    (fullest first), so an undersized cache heads the list; with the window misses of the
+    batches shown and the largest id_cache_size the audit recommended in them (§9).
     """
     ids = batch_ids(warehouse)
     chosen = []
@@ -169,9 +175,12 @@ def trends(warehouse: str | Path, flt: TrendFilter = TrendFilter()) -> dict[str,
     for name in names:
         series = [(p["caches"].get(name) or {}).get("fill_pct") for p in points]
         latest = next((p["caches"][name] for p in reversed(points) if name in p["caches"]), {})
+        seen = [p["caches"][name] for p in points if name in p["caches"]]
         caches.append({"cache": name, "address": latest.get("address"), "latest_fill_pct": latest.get("fill_pct"),
                        "entries": latest.get("entries"), "id_cache_size": latest.get("id_cache_size"),
-                       "series": series})
+                       "series": series, "window_misses": sum(c["window_misses"] for c in seen),
+                       "recommended_id_cache_size": max(
+                           (c["recommended_id_cache_size"] for c in seen), default=latest.get("id_cache_size"))})
     caches.sort(key=lambda c: (-(c["latest_fill_pct"] or 0.0), c["cache"]))
     addresses = sorted({a for p in points for a in p["addresses"]} | ({flt.address} if flt.address else set()))
     return {"filter": flt, "points": points, "caches": caches, "addresses": addresses,
