@@ -104,6 +104,9 @@ def test_drill_down_from_a_batch_to_the_message_a_duplicate_repeats(logged_in):
     assert points, "the sample data has duplicates"
     batch = points[-1]["batch_id"]
     page.goto(f"{base}/data-quality/batches/{batch}", wait_until="load")
+    # the window-miss audit (docs/semantics.md §9): the e2e windows are Artemis' default, never too small
+    page.get_by_role("heading", name="Window-miss audit").wait_for(timeout=30_000)
+    assert "every window was big enough for this batch" in page.locator("body").inner_text()
     page.get_by_role("link", name=f"duplicates ({points[-1]['duplicate']})").click()
     page.get_by_role("heading", name=f"Dropped messages: batch {batch}").wait_for(timeout=30_000)
     rows = page.locator("table tr")
