@@ -82,9 +82,16 @@ def outcome_view(warehouse: Path, batch_id: str) -> dict:
         "left_keys": sorted(
             (r["cache"], r["dedup_key"], r["cache_seq"], r["message_id"], r["accepted_batch_id"])
             for r in read_output(warehouse, "left_keys", batch_id)),
-        "window_audit": {name: {k: v for k, v in audit.items() if k != "address"}
-                         for name, audit in manifest(warehouse, batch_id)["window_audit"].items()},
+        "window_audit": _missed(manifest(warehouse, batch_id)["window_audit"]),
     }
+
+
+def _missed(audit: dict) -> dict:
+    """The window-miss audit of the caches with misses (§9). A cache without any may report
+    another size: the model keeps an unused, empty cache at its old size until it is used, the
+    engine reports the address's size in this batch's config; neither changes anything."""
+    return {name: (a["misses"], a["max_missed_by"], a["id_cache_size"], a["recommended_id_cache_size"])
+            for name, a in audit.items() if a["misses"]}
 
 
 def model_view(result) -> dict:
@@ -102,5 +109,5 @@ def model_view(result) -> dict:
         "counters": result.counters(),
         "left_keys": sorted((name, e.key, e.seq, e.message_id, e.batch_id)
                             for name, cache in result.caches.items() for e in getattr(cache, "left", ())),
-        "window_audit": window_audit(result),
+        "window_audit": _missed(window_audit(result)),
     }
