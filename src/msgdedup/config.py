@@ -229,10 +229,7 @@ def specificity(pattern: str) -> tuple:
 
 @dataclass(frozen=True)
 class AddressSettings:
-    """The validated address settings; ``setting_for(address)`` is all the engine asks.
-
-    ``id_cache_size(address)`` stays for the count-only engine (see ``check_engine_support``).
-    """
+    """The validated address settings; ``setting_for(address)`` is all the engine asks."""
 
     entries: Mapping[str, AddressSetting] = field(default_factory=dict)
 
@@ -286,20 +283,6 @@ class AddressSettings:
     def domain(self, address: str) -> str:
         """The name of the cache an address's ``_AMQ_DUPL_ID`` keys are checked in."""
         return self.setting_for(address).domain_of(address)
-
-    def check_engine_support(self) -> None:
-        """Raise ConfigError naming the first entry the Spark engine cannot run yet.
-
-        The engine knows only Artemis' count window on a cache per address; running it on a
-        config that asks for more would silently give other results than the model and the docs.
-        """
-        for pattern, setting in sorted(self.entries.items()):
-            if setting.policy != COUNT:
-                raise ConfigError(
-                    f"policy {setting.policy} of address {pattern!r} is not supported by the Spark engine yet")
-            if setting.domain is not None:
-                raise ConfigError(
-                    f"domain {setting.domain!r} of address {pattern!r} is not supported by the Spark engine yet")
 
     def as_dict(self) -> dict[str, dict[str, Any]]:
         return {p: s.as_dict() for p, s in sorted(self.entries.items())}

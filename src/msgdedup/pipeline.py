@@ -109,7 +109,6 @@ def prepare(argv: list[str] | None) -> Request | int:
     try:
         validate_batch_id(args.batch_id)
         settings = load_settings(args.config)
-        settings.check_engine_support()  # a policy only the model knows yet: refused, not ignored
         return Request(args, settings, GateSettings.from_config(args.config))
     except batch.USER_ERRORS as error:  # before any JVM starts, as dedup_batch.py
         return batch.report_error(error, exit_codes.USER_ERROR)

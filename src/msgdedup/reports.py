@@ -18,6 +18,7 @@ from typing import Any
 
 from msgdedup import json_files, layout
 from msgdedup.layout import validate_batch_id
+from msgdedup.engine.windows import window_text
 
 QUARANTINE_COLUMNS = ("source_file", "line_number", "error", "raw_line")
 DEFAULT_MAX_ROWS = 50
@@ -124,7 +125,8 @@ def batch_report(warehouse: str | Path, batch_id: str, max_rows: int = DEFAULT_M
     for name, c in sorted(((manifest or {}).get("caches") or {}).items()):
         size, entries = c.get("id_cache_size") or 0, c.get("entries") or 0
         caches.append({
-            "cache": name, "entries": entries, "id_cache_size": size, "last_seq": c.get("last_seq"),
+            "cache": name, "window": window_text(c), "entries": entries, "id_cache_size": size,
+            "last_seq": c.get("last_seq"),
             "fill_pct": round(100.0 * entries / size, 1) if size else None,
         })
     expectations = []

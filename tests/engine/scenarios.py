@@ -20,6 +20,22 @@ CONFIGS = [
     {"address_settings": {"#": {"id_cache_size": 1}, "a": {"id_cache_size": 0}}},
     {"address_settings": {"#": {"id_cache_size": 5}, "orders.#": {"id_cache_size": 1}}},
 ]
+COUNT_CONFIGS = range(len(CONFIGS))
+CONFIGS += [
+    # §8: domains, time windows and Apama queues, mixed (times in a batch span 0-6 s)
+    {"address_settings": {"#": {"policy": "time", "duplicate_window": 2, "id_cache_size": 3},
+                          "orders.*": {"domain": "orders", "id_cache_size": 2}}},
+    {"address_settings": {"#": {"policy": "apama", "per_source_window": 2, "expiry_seconds": 3},
+                          "orders.*": {"policy": "time", "duplicate_window": 4, "domain": "orders"}}},
+    {"address_settings": {"#": {"id_cache_size": 3}, "b": {"policy": "time", "duplicate_window": 1},
+                          "orders.#": {"policy": "apama", "per_source_window": 1, "expiry_seconds": 2,
+                                       "domain": "orders"}}},
+    {"address_settings": {"#": {"policy": "apama", "per_source_window": 0, "expiry_seconds": 4},
+                          "a": {"policy": "apama", "per_source_window": 3, "expiry_seconds": 0, "domain": "ab"},
+                          "b": {"policy": "apama", "per_source_window": 3, "expiry_seconds": 0, "domain": "ab"}}},
+    {"address_settings": {"#": {"id_cache_size": 2, "domain": "all"}}},
+]
+POLICY_CONFIGS = range(len(COUNT_CONFIGS) - 1, len(CONFIGS))  # with one count config, to switch policies
 MALFORMED = [
     b"{not json",
     b"",
@@ -64,6 +80,9 @@ def envelope(draw, batch: int, index: int, earlier_ids: list[str]):
         properties["_AMQ_DUPL_ID"] = 7  # the same key as the string "7"
     if properties:
         doc["properties"] = properties
+    source = draw(st.sampled_from([None, None, "S1", "S2"]))  # Apama's senders (§8.2)
+    if source is not None:
+        doc["source_id"] = source
     if draw(st.integers(0, 9)) < 4:
         # txn ids repeat across batches on purpose: a transaction is scoped to its batch
         doc["txn_id"] = f"T{draw(st.integers(0, 2))}"
@@ -92,13 +111,13 @@ def batch_files(draw, batch: int):
 
 
 @st.composite
-def operations(draw, max_batches: int = 3, max_runs: int = 4):
+def operations(draw, max_batches: int = 3, max_runs: int = 4, configs: range = range(len(CONFIGS))):
     """A list of (batch index, config index) runs: new batches in order, plus re-runs."""
     n_batches = draw(st.integers(1, max_batches))
     batches = [draw(batch_files(b)) for b in range(n_batches)]
-    runs = [(b, draw(st.integers(0, len(CONFIGS) - 1))) for b in range(n_batches)]
+    runs = [(b, draw(st.sampled_from(configs))) for b in range(n_batches)]
     extra = draw(st.integers(0, max_runs - n_batches)) if max_runs > n_batches else 0
     for _ in range(extra):
         position = draw(st.integers(1, len(runs)))
-        runs.insert(position, (draw(st.integers(0, n_batches - 1)), draw(st.integers(0, len(CONFIGS) - 1))))
+        runs.insert(position, (draw(st.integers(0, n_batches - 1)), draw(st.sampled_from(configs))))
     return batches, runs

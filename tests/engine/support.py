@@ -75,15 +75,20 @@ def outcome_view(warehouse: Path, batch_id: str) -> dict:
             (r["source_file"], r["line_number"], r["message_id"], r["reason"], r["duplicate_of"])
             for r in dropped),
         "quarantine": sorted((r["source_file"], r["line_number"], r["error"]) for r in quarantine),
-        "snapshot": sorted(
-            (r["cache"], r["dedup_key"], r["cache_seq"], r["message_id"], r["accepted_batch_id"])
-            for r in snapshot),
-        "counters": {name: info["last_seq"] for name, info in manifest(warehouse, batch_id)["caches"].items()},
+        "snapshot": sorted(_entry(r) for r in snapshot),
+        "counters": {name: (info["last_seq"], info.get("clock_us"))
+                     for name, info in manifest(warehouse, batch_id)["caches"].items()},
         "left_keys": sorted(
             (r["cache"], r["dedup_key"], r["cache_seq"], r["message_id"], r["accepted_batch_id"])
             for r in read_output(warehouse, "left_keys", batch_id)),
         "window_audit": _missed(manifest(warehouse, batch_id)["window_audit"]),
     }
+
+
+def _entry(row: dict) -> tuple:
+    """A snapshot entry: what every policy keeps, and what time and Apama caches add (§8.5)."""
+    return (row["cache"], row["dedup_key"], row["cache_seq"], row["message_id"], row["accepted_batch_id"],
+            row.get("received_at_us"), row.get("source_id"), row.get("queue"))
 
 
 def _missed(audit: dict) -> dict:
@@ -103,10 +108,8 @@ def model_view(result) -> dict:
             (r["source_file"], r["line_number"], r["message_id"], r["reason"], r["duplicate_of"])
             for r in result.dropped),
         "quarantine": sorted((r["source_file"], r["line_number"], r["error"]) for r in result.quarantined),
-        "snapshot": sorted(
-            (e["cache"], e["dedup_key"], e["cache_seq"], e["message_id"], e["accepted_batch_id"])
-            for e in result.snapshot_entries()),
-        "counters": result.counters(),
+        "snapshot": sorted(_entry(e) for e in result.snapshot_entries()),
+        "counters": {name: (cache.last_seq, getattr(cache, "clock", None)) for name, cache in result.caches.items()},
         "left_keys": sorted((name, e.key, e.seq, e.message_id, e.batch_id)
                             for name, cache in result.caches.items() for e in getattr(cache, "left", ())),
         "window_audit": _missed(window_audit(result)),

@@ -67,7 +67,7 @@ def test_yaml_file_errors(tmp_path):
 
 # -- policies and domains (issue 11) ---------------------------------------------------------------
 from msgdedup.config import (  # noqa: E402
-    APAMA, COUNT, TIME, AddressSetting, AddressSettings, parse_duration_us,
+    APAMA, COUNT, TIME, AddressSetting, parse_duration_us,
 )
 
 
@@ -187,30 +187,6 @@ def test_namesake_address_in_another_domain_is_no_conflict():
     settings = parse_settings({"address_settings": {
         "a": {"domain": "d", "id_cache_size": 3}, "d": {"domain": "e", "id_cache_size": 9}}})
     assert settings.domain("a") == "d" and settings.domain("d") == "e"
-
-
-def test_engine_support_names_the_first_address_it_cannot_run():
-    parse_settings({"address_settings": {"#": {"id_cache_size": 3}}}).check_engine_support()
-    AddressSettings().check_engine_support()
-    mixed = parse_settings({"address_settings": {
-        "#": {"id_cache_size": 3}, "jms.q": {"policy": "apama"}, "nats.s": {"policy": "time"}}})
-    unsupported = r"^policy apama of address 'jms.q' is not supported by the Spark engine yet$"
-    with pytest.raises(ConfigError, match=unsupported):
-        mixed.check_engine_support()
-    with pytest.raises(ConfigError, match="domain 'orders' of address 'orders.eu' is not supported"):
-        parse_settings({"address_settings": {"orders.eu": {"domain": "orders"}}}).check_engine_support()
-
-
-def test_the_engine_refuses_a_policy_it_cannot_run_and_writes_nothing(spark, tmp_path):
-    from msgdedup.engine.batch import run_batch
-
-    (tmp_path / "in").mkdir()
-    (tmp_path / "in" / "a.jsonl").write_text(
-        '{"message_id":"m1","address":"jms.q","received_at":"2026-11-21T05:00:01Z"}\n')
-    apama = parse_settings({"address_settings": {"jms.q": {"policy": "apama"}}})
-    with pytest.raises(ConfigError, match="policy apama of address 'jms.q' is not supported by the Spark engine"):
-        run_batch(spark, str(tmp_path / "in"), str(tmp_path / "wh"), "2026-11-21T05", apama)
-    assert not (tmp_path / "wh").exists()
 
 
 def test_settings_still_pickle_to_their_data():

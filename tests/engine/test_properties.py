@@ -19,15 +19,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from msgdedup import reference_model as model
-from msgdedup.config import parse_settings
-from msgdedup.engine import kernel
+from msgdedup.config import APAMA, parse_settings
+from msgdedup.engine import kernel, windows
 from msgdedup.engine.batch import run_batch
 from msgdedup.engine.filesystem import HadoopFS
 from msgdedup.engine.lease import WarehouseBusy
 from msgdedup.engine.warehouse import Warehouse
 from msgdedup.reference_model import MustWait, RawLine, ReferenceModel
 
-from tests.engine.scenarios import CONFIGS, batch_files, operations
+from tests.engine.scenarios import CONFIGS, POLICY_CONFIGS, batch_files, operations
 from tests.engine.support import model_view, outcome_view, write_batch
 
 BATCH_IDS = [f"2026-11-21T{h:02d}" for h in range(24)]
@@ -43,8 +43,7 @@ def _unit_ordered(lines: list[RawLine], settings_) -> list[list[model.Checked]]:
             message = model.parse_line(line.raw)
         except model.InvalidLine:
             continue
-        ck = model.cache_key(message.address, message.properties, settings_)
-        checked.append(model.Checked(message, line, ck.cache if ck else None, ck.key if ck else None))
+        checked.append(model.Checked(message, line, *model._cache_and_key(message, settings_)))
     checked.sort(key=lambda c: c.arrival)
     seen, messages = set(), []
     for c in checked:
@@ -54,16 +53,26 @@ def _unit_ordered(lines: list[RawLine], settings_) -> list[list[model.Checked]]:
     return model._units(messages)
 
 
+def _parent_caches(parent: model.BatchResult | None) -> dict:
+    """The parent's caches as its manifest records them (what windows.resolve reads)."""
+    return {name: {"address": name, "addresses": sorted({e.address for e in cache.entries}),
+                   **windows.record(model._setting_of(cache)), "last_seq": cache.last_seq,
+                   "clock_us": getattr(cache, "clock", None)}
+            for name, cache in (parent.caches.items() if parent else ())}
+
+
 def _split_and_decide(lines: list[RawLine], settings_, parent: model.BatchResult | None) -> dict:
     """The engine's plan, in plain Python (transforms.mark_repeated ... transforms.verdicts):
-    uncontested units are delivered and number themselves, the contested ones go through the
-    kernel with their counts of uncontested acceptances before them."""
+    uncontested units are delivered and number themselves, the contested ones (and every unit of
+    an Apama cache) go through the kernel with their counts of uncontested acceptances before them."""
     units = _unit_ordered(lines, settings_)
-    snapshot = parent.snapshot_entries() if parent else []
-    base = {name: cache.last_seq for name, cache in (parent.caches.items() if parent else ())}
+    keyed = {(c.message.address, c.cache.startswith("BRIDGE.")) for unit in units for c in unit if c.cache}
+    caches = windows.resolve(settings_, _parent_caches(parent), keyed)
+    apama = set(windows.of_policy(caches, APAMA))
+    snapshot = [e for e in (parent.snapshot_entries() if parent else []) if caches[e["cache"]].carried]
     occurrences = Counter((c.cache, c.key) for unit in units for c in unit if c.cache is not None)
-    occurrences.update((e["cache"], e["dedup_key"]) for e in snapshot)
-    repeated = {k for k, n in occurrences.items() if n > 1}
+    occurrences.update((e["cache"], e["dedup_key"]) for e in snapshot if e["cache"] not in apama)
+    repeated = {k for k, n in occurrences.items() if n > 1 or k[0] in apama}
 
     free_rank, contested_rank, rows, free = Counter(), Counter(), [], {}
     for unit in units:
@@ -76,25 +85,35 @@ def _split_and_decide(lines: list[RawLine], settings_, parent: model.BatchResult
                 rows.append({"phase": kernel.MESSAGE_PHASE, "row_id": len(rows), "message_id": c.message.message_id,
                              "txn_id": c.message.txn_id, "address": c.message.address, "cache": c.cache,
                              "dedup_key": c.key, "cache_seq": None, "free_before": ranks[0],
-                             "contested_rank": ranks[1]})
+                             "contested_rank": ranks[1], "unit_us": unit[-1].message.received_at_us,
+                             "source_id": c.message.source_id, "received_at_us": None, "queue": None,
+                             "accepted_batch_id": None})
             else:
                 free[c.message.message_id] = (c.cache, *ranks)
     entries = [{"phase": kernel.SNAPSHOT_PHASE, "row_id": None, "message_id": e["message_id"], "txn_id": None,
                 "address": e["address"], "cache": e["cache"], "dedup_key": e["dedup_key"],
-                "cache_seq": e["cache_seq"], "free_before": None, "contested_rank": None}
+                "cache_seq": e["cache_seq"], "free_before": None, "contested_rank": None, "unit_us": 0,
+                "source_id": e.get("source_id"), "received_at_us": e.get("received_at_us"), "queue": e.get("queue"),
+                "accepted_batch_id": e["accepted_batch_id"]}
                for e in snapshot if (e["cache"], e["dedup_key"]) in repeated]
     stream = entries + rows
-    batches = [pa.RecordBatch.from_pylist(stream[i:i + 7]) for i in range(0, len(stream), 7)]
+    schema = pa.schema([(n, pa.int64() if n in INTS else pa.string()) for n in stream[0]]) if stream else None
+    batches = [pa.RecordBatch.from_pylist(stream[i:i + 7], schema=schema) for i in range(0, len(stream), 7)]
     verdicts, accepted_after = {}, {}
-    for out in kernel.decide(batches, settings_, {name: {"last_seq": seq} for name, seq in base.items()}):
+    for out in kernel.decide(batches, caches, "b1"):
         for r in out.to_pylist():
+            if r["kind"] != kernel.VERDICT:
+                continue
             verdicts[rows[r["row_id"]]["message_id"]] = (
                 r["outcome"] if r["outcome"] == kernel.DELIVERED else r["reason"], r["duplicate_of"], r["cache_seq"])
             accepted_after[(r["cache"], r["contested_rank"])] = r["accepted_after"]
     for message_id, (cache, f_rank, c_rank) in free.items():
-        seq = None if cache is None else base.get(cache, 0) + f_rank + accepted_after.get((cache, c_rank), 0)
+        seq = None if cache is None else caches[cache].last_seq + f_rank + accepted_after.get((cache, c_rank), 0)
         verdicts[message_id] = ("delivered", None, seq)
     return verdicts
+
+
+INTS = {"phase", "row_id", "cache_seq", "free_before", "contested_rank", "unit_us", "received_at_us"}
 
 
 @settings(max_examples=300, deadline=None)
@@ -118,6 +137,18 @@ def test_kernel_decides_like_the_model(tmp_path_factory, first, second, configs)
                                                                  HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(scenario=operations(max_batches=3, max_runs=4))
 def test_engine_matches_the_model_on_multi_batch_streams(spark, tmp_path_factory, scenario):
+    _compare_with_the_model(spark, tmp_path_factory, scenario)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                 HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(scenario=operations(max_batches=3, max_runs=4, configs=POLICY_CONFIGS))
+def test_engine_matches_the_model_under_every_policy(spark, tmp_path_factory, scenario):
+    """§8: time windows, Apama queues and domains, mixed, switched between batches and re-run."""
+    _compare_with_the_model(spark, tmp_path_factory, scenario)
+
+
+def _compare_with_the_model(spark, tmp_path_factory, scenario) -> None:
     batches, runs = scenario
     root = tmp_path_factory.mktemp("scenario")
     warehouse = root / "wh"

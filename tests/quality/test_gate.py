@@ -222,13 +222,13 @@ def test_broken_sequence_numbers_and_snapshot_each_fail_their_own_expectation(sp
     result = run_gate(spark, str(warehouse), "B2")
 
     assert failed(result) == {
-        ("key_window", "expect_column_values_to_not_be_null", "id_cache_size"),
+        ("key_window", "expect_column_values_to_not_be_null", "policy"),
         ("key_window", "expect_column_values_to_not_be_null", "cache_seq"),
         SHARED_SEQ, SNAPSHOT,
         ("messages", "expect_column_values_to_not_be_null", "message_id"),
         ("messages", "expect_column_values_to_not_be_null", "received_at"),
     }
-    assert [r["message_id"] for r in outcome(result, "key_window", "id_cache_size").sample_rows] == ["m8"]
+    assert [r["message_id"] for r in outcome(result, "key_window", "policy").sample_rows] == ["m8"]
     assert [r["message_id"] for r in outcome(result, "key_window", "cache_seq").sample_rows] == ["m10"]
     shared = outcome(result, "key_window", "shared_cache_seq")
     assert sorted((r["message_id"], r["dedup_key"]) for r in shared.sample_rows) == [("m14", "k9"), ("m9", "k6")]

@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
-from msgdedup.config import AUDIT_COVERAGE, AUDIT_HORIZON_MULTIPLE
+from msgdedup.config import AUDIT_COVERAGE, AUDIT_HORIZON_MULTIPLE, COUNT
 from msgdedup.engine import kernel
 
 ENTRY_COLUMNS = ["cache", "dedup_key", "cache_seq", "message_id", "address", "accepted_batch_id"]
@@ -27,19 +27,13 @@ ENTRY_SCHEMA = ("cache string, dedup_key string, cache_seq long, message_id stri
                 "accepted_batch_id string")
 
 
-def acceptances(verdicts: DataFrame, batch_id: str) -> DataFrame:
-    """This batch's acceptances as cache entries."""
-    return (verdicts.filter(F.col("cache_seq").isNotNull())
-            .withColumn("accepted_batch_id", F.lit(batch_id)).select(*ENTRY_COLUMNS))
-
-
 def left_keys(entries: DataFrame, parent_left: DataFrame | None, bounds: DataFrame) -> DataFrame:
     """The keys the caches remember as having left their window (§9) after this batch.
 
-    ``entries``: the parent snapshot and this batch's acceptances; those at or below their
-    cache's ``floor`` (counter - size: not in the new snapshot) have left. The parent's record
-    (``parent_left``) has left already, whatever its seq: an entry a smaller window dropped does
-    not come back when the window grows (§5). Both are kept while above ``floor - horizon``
+    ``entries``: the parent snapshot and this batch's acceptances (``transforms.acceptances``);
+    those at or below their cache's ``floor`` (counter - size: not in the new snapshot) have left.
+    The parent's record (``parent_left``) has left already, whatever its seq: an entry a smaller
+    window dropped does not come back when the window grows (§5). Both are kept while above ``floor - horizon``
     (``bounds``: ``cache``, ``floor``, ``horizon`` = size x AUDIT_HORIZON_MULTIPLE; small)."""
     bounded = F.broadcast(bounds.select("cache", "floor", "horizon"))
     remembered = F.col("cache_seq") > F.col("floor") - F.col("horizon")
@@ -104,17 +98,20 @@ def summary(misses: DataFrame) -> DataFrame:
 
 
 def bounds_rows(caches: dict[str, dict]) -> list[tuple[str, int, int, int]]:
-    """(cache, size, floor, horizon) of every cache after the batch, for ``left_keys`` and
-    ``window_misses``."""
+    """(cache, size, floor, horizon) of every count cache after the batch, for ``left_keys`` and
+    ``window_misses`` (the audit covers count windows only, §9)."""
     return [(name, c["id_cache_size"], c["last_seq"] - c["id_cache_size"], c["id_cache_size"] * AUDIT_HORIZON_MULTIPLE)
-            for name, c in caches.items()]
+            for name, c in caches.items() if c["policy"] == COUNT]
 
 
 def report(caches: dict[str, dict], rows: list) -> dict[str, dict]:
-    """The manifest's ``window_audit``: every cache, with or without misses (``rows``: ``summary``)."""
+    """The manifest's ``window_audit``: every count cache, with or without misses (``rows``:
+    ``summary``)."""
     found = {r["cache"]: r for r in rows}
     audit = {}
     for name, c in sorted(caches.items()):
+        if c["policy"] != COUNT:
+            continue
         r = found.get(name)
         audit[name] = {
             "address": c["address"],

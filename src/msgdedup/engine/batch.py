@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from pyspark import StorageLevel
@@ -19,8 +20,8 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from msgdedup import __version__, exit_codes
-from msgdedup.config import AddressSettings, ConfigError, load_settings
-from msgdedup.engine import audit, kernel, manifest as manifests, parsing, transforms
+from msgdedup.config import APAMA, COUNT, TIME, AddressSettings, ConfigError, load_settings
+from msgdedup.engine import audit, kernel, manifest as manifests, parsing, transforms, windows as cache_windows
 from msgdedup.engine.filesystem import HadoopFS
 from msgdedup.engine.reading import InputError, list_input_files, read_lines
 from msgdedup.engine.lease import WarehouseBusy
@@ -55,7 +56,6 @@ def run_batch(spark: SparkSession, input_path: str, warehouse_root: str, batch_i
     writer committed while this run worked (nothing is committed then).
     """
     settings = settings or AddressSettings()
-    settings.check_engine_support()  # a policy only the reference model runs yet: refused, never ignored
     validate_batch_id(batch_id)
     timer = StepTimer()
     fs = HadoopFS(spark)
@@ -76,8 +76,8 @@ def _dedup_and_commit(spark: SparkSession, fs: HadoopFS, warehouse: Warehouse, t
 
     kept: list[DataFrame] = []  # intermediate frames, cached until the batch is checked
     try:
-        counts, caches, fingerprint, invalidate, window_audit = _decide_and_stage(
-            spark, warehouse, txn, files, parent, parent_manifest, staging, settings, invalidate_later, timer, kept)
+        staged = _decide_and_stage(spark, warehouse, txn, files, parent_manifest, staging, settings,
+                                   invalidate_later, timer, kept)
     finally:
         _release(kept)
     timer.lap("check")
@@ -92,50 +92,65 @@ def _dedup_and_commit(spark: SparkSession, fs: HadoopFS, warehouse: Warehouse, t
         if parent_manifest else None,
         "input": manifests.input_fingerprint(input_path, files),
         "config": {"address_settings": settings.as_dict(), "fingerprint": settings.fingerprint()},
-        "counts": counts,
-        "caches": caches,
-        "snapshot_fingerprint": fingerprint,
-        "invalidated": invalidate,
-        "window_audit": window_audit,
+        "counts": staged.counts,
+        "caches": staged.caches,
+        "snapshot_fingerprint": staged.fingerprint,
+        "invalidated": staged.invalidate,
+        "window_audit": staged.window_audit,
         "timings": timer.as_dict(),
     }
-    warehouse.commit(txn, manifest, invalidate)
+    warehouse.commit(txn, manifest, staged.invalidate)
     return manifest
 
 
-def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transaction, files: list, parent: str | None,
+@dataclass(frozen=True)
+class Staged:
+    """What a staged batch adds to its manifest."""
+
+    counts: dict
+    caches: dict
+    fingerprint: str
+    invalidate: list[str]
+    window_audit: dict
+
+
+def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transaction, files: list,
                       parent_manifest: dict | None, staging: str, settings: AddressSettings,
-                      invalidate_later: bool, timer: StepTimer, kept: list[DataFrame]):
-    """Parse, decide and stage the outputs; returns (counts, caches, snapshot fingerprint, batches
-    to invalidate, window audit). Every intermediate frame is cached (and listed in ``kept``) instead of written
-    and read back: each is computed once, by the first action that needs it, and a Spark job is
-    only run where the driver needs an answer (a count, a tally) or an output is written."""
+                      invalidate_later: bool, timer: StepTimer, kept: list[DataFrame]) -> Staged:
+    """Parse, decide and stage the outputs. Every intermediate frame is cached (and listed in
+    ``kept``) instead of written and read back: each is computed once, by the first action that
+    needs it, and a Spark job is only run where the driver needs an answer (a count, a tally) or
+    an output is written."""
+    parent = txn.parent
     # 1. parse every line once: in the JVM where it is certain, else in Python (parsing.py)
     lines = read_lines(spark, files)
     if lines is None:
         parsed = spark.createDataFrame([], parsing.PARSED_SPARK_SCHEMA)
-        input_lines, addresses = 0, set()
+        input_lines, addresses, keyed = 0, set(), set()
     else:
         fast = _kept(parsing.fast_parse(lines), kept, StorageLevel.DISK_ONLY)
         seen = parsing.census(fast).first()
-        input_lines, addresses = seen["lines"], set(seen["addresses"])
+        input_lines, addresses, keyed = seen["lines"], set(seen["addresses"]), set(map(tuple, seen["keyed"]))
         slow = None
         if seen["slow"]:
             slow = _kept(parsing.slow_parse(fast.filter("slow")), kept, StorageLevel.DISK_ONLY)
-            addresses |= set(parsing.census(slow).first()["addresses"])
+            seen = parsing.census(slow).first()
+            addresses |= set(seen["addresses"])
+            keyed |= set(map(tuple, seen["keyed"]))
         parsed = parsing.parsed_lines(fast, slow)
     failpoint("after_parse")
     timer.lap("parse")
 
     # 2. order and decide, on the key columns only
+    windows = cache_windows.resolve(settings, parent_manifest["caches"] if parent_manifest else {}, keyed)
+    apama = cache_windows.of_policy(windows, APAMA)
     valid, invalid = transforms.split_valid(parsed)
-    valid = parsing.with_cache_keys(valid, _cache_sizes(spark, addresses, settings))
+    valid = parsing.with_cache_keys(valid, _domains(spark, addresses, settings))
     keys = valid.select(*transforms.KEY_COLUMNS)
     repeated_ids = _kept(transforms.repeated_message_ids(keys), kept)
     flagged = _kept(transforms.flag_duplicate_message_ids(
         keys, _broadcast_if_small(repeated_ids, repeated_ids.count()), [f.path for f in files]), kept)
-    parent_snapshot = spark.read.parquet(warehouse.output_dir("id_cache", parent)) if parent else None
-    counters_in = parent_manifest["caches"] if parent_manifest else {}
+    parent_snapshot = _parent_snapshot(spark, warehouse, parent, windows)
     messages = transforms.messages(flagged)
     batch_keys = _kept(transforms.batch_keys(messages), kept)
     parent_left = _parent_left_keys(spark, warehouse, parent)
@@ -143,18 +158,24 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     if parent_snapshot is not None or parent_left is not None:
         keys_side = _broadcast_if_small(batch_keys, batch_keys.count())
     # the parent's entries the batch's keys can meet: in its snapshot, and in its record of keys
-    # that left their window (§9, the window-miss audit)
+    # that left their window (§9, the window-miss audit); every entry of an Apama cache
+    counted = None if parent_snapshot is None else parent_snapshot.filter(~F.col("cache").isin(apama or [""]))
     entries_met, left_met = (None if entries is None else _kept(transforms.entries_met(entries, keys_side), kept)
-                             for entries in (parent_snapshot, parent_left))
+                             for entries in (counted, parent_left))
+    kernel_entries = entries_met
+    if apama and parent_snapshot is not None:
+        kernel_entries = entries_met.unionByName(parent_snapshot.filter(F.col("cache").isin(apama)))
     repeated_keys = _kept(transforms.repeated_keys(batch_keys, entries_met), kept)
-    marked = transforms.mark_repeated(messages, _broadcast_if_small(repeated_keys, repeated_keys.count()))
+    marked = transforms.mark_repeated(messages, _broadcast_if_small(repeated_keys, repeated_keys.count()), apama)
     units = _kept(transforms.rank_in_caches(transforms.assign_units(marked)), kept)
-    decisions = _kept(transforms.decide(transforms.decision_stream(units, entries_met), settings, counters_in),
+    decisions = _kept(transforms.decide(transforms.decision_stream(units, kernel_entries), windows, txn.batch_id),
                       kept)
-    verdicts = _kept(transforms.verdicts(units, decisions, transforms.copies(flagged),
-                                         _counters(spark, counters_in)), kept)
+    verdicts = _kept(transforms.verdicts(units, decisions, transforms.copies(flagged), _starts(spark, windows)),
+                     kept)
     tally = _Tally(transforms.verdict_counts(verdicts).collect())
-    caches = manifests.cache_counters(counters_in, tally.accepted_per_cache(), settings)
+    apama_clocks = {r["cache"]: r["received_at_us"]
+                    for r in transforms.kernel_rows(decisions, kernel.CLOCK).collect()} if apama else {}
+    caches = manifests.cache_counters(windows, tally.accepted_per_cache(), {**tally.clocks(windows), **apama_clocks})
     timer.lap("decide")
 
     # the window-miss audit (§9): misses among the keys that can have an earlier acceptance
@@ -171,14 +192,15 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     def verdicts_of(outcome: str) -> DataFrame:
         return _broadcast_if_small(transforms.with_outcome(verdicts, outcome), tally.of(outcome))
 
+    entries = _union(transforms.acceptances(verdicts, txn.batch_id), counted)
     staged = {
         "delivered": transforms.delivered(valid, verdicts_of(kernel.DELIVERED)),
         "dropped": transforms.dropped(valid, verdicts_of(kernel.DROPPED)),
         "quarantine": transforms.quarantine(
             invalid, valid, transforms.copies(flagged) if tally.of(transforms.QUARANTINED) else None),
-        "id_cache": transforms.snapshot(verdicts, parent_snapshot, _floors(spark, caches), txn.batch_id),
-        LEFT_KEYS: audit.left_keys(_union(audit.acceptances(verdicts, txn.batch_id), parent_snapshot), parent_left,
-                                   bounds),
+        "id_cache": transforms.snapshot(entries, _limits(spark, caches),
+                                        transforms.kernel_rows(decisions, kernel.ENTRY)),
+        LEFT_KEYS: audit.left_keys(entries, parent_left, bounds),
     }
     written = {}
     for name, frame in staged.items():
@@ -191,11 +213,26 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     counts = _counts(input_lines, tally, {name: rows for name, (_, rows) in written.items()})
     digests = {}
     for row in transforms.entry_digests(written["id_cache"][0]).collect():
-        caches[row["cache"]]["entries"] = row["entries"]
+        caches[row["cache"]].update(entries=row["entries"], addresses=list(row["addresses"]))
         digests[row["cache"]] = row["digest"]
     fingerprint = manifests.snapshot_fingerprint(caches, digests)
     invalidate = _check_history(warehouse, txn, fingerprint, invalidate_later)
-    return counts, caches, fingerprint, invalidate, window_audit
+    return Staged(counts, caches, fingerprint, invalidate, window_audit)
+
+
+def _parent_snapshot(spark: SparkSession, warehouse: Warehouse, parent: str | None,
+                     windows: dict[str, cache_windows.CacheWindow]) -> DataFrame | None:
+    """The parent's entries that still count in this batch (those of caches whose policy did not
+    change, §8.5), with every column of SNAPSHOT_COLUMNS (a snapshot written before policies
+    existed has the first six only)."""
+    if parent is None:
+        return None
+    snapshot = spark.read.parquet(warehouse.output_dir("id_cache", parent))
+    for column, kind in (("received_at_us", "long"), ("source_id", "string"), ("queue", "string")):
+        if column not in snapshot.columns:
+            snapshot = snapshot.withColumn(column, F.lit(None).cast(kind))
+    carried = [name for name, w in windows.items() if w.carried]
+    return snapshot.filter(F.col("cache").isin(carried or [""])).select(*transforms.SNAPSHOT_COLUMNS)
 
 
 def _parent_left_keys(spark: SparkSession, warehouse: Warehouse, parent: str | None) -> DataFrame | None:
@@ -224,14 +261,24 @@ class _Tally:
     def of(self, outcome: str) -> int:
         return sum(r["count"] for r in self.rows if r["outcome"] == outcome)
 
-    def accepted_per_cache(self) -> dict[str, tuple[str, int]]:
-        """cache -> (address, keys accepted), for every cache the batch met."""
-        accepted: dict[str, tuple[str, int]] = {}
+    def accepted_per_cache(self) -> dict[str, int]:
+        """cache -> keys accepted, for every cache the batch met."""
+        accepted: dict[str, int] = {}
         for r in self.rows:
             if r["cache"] is not None:
                 n = r["count"] if r["outcome"] == kernel.DELIVERED else 0
-                accepted[r["cache"]] = (r["address"], accepted.get(r["cache"], ("", 0))[1] + n)
+                accepted[r["cache"]] = accepted.get(r["cache"], 0) + n
         return accepted
+
+    def clocks(self, windows: dict[str, cache_windows.CacheWindow]) -> dict[str, int | None]:
+        """The time of every time cache after the batch: its latest entry's, or the time it had
+        (§8.4; an Apama cache's time the kernel reports)."""
+        latest: dict[str, int] = {}
+        for r in self.rows:
+            if r["clock_us"] is not None:
+                latest[r["cache"]] = max(r["clock_us"], latest.get(r["cache"], r["clock_us"]))
+        return {name: max((t for t in (w.clock_us, latest.get(name)) if t is not None), default=None)
+                for name, w in windows.items() if w.policy == TIME}
 
     def by_address(self) -> dict[str, dict[str, int]]:
         by_address: dict[str, dict[str, int]] = {}
@@ -268,10 +315,11 @@ def _counts(input_lines: int, tally: _Tally, written: dict[str, int]) -> dict:
     }
 
 
-def _cache_sizes(spark: SparkSession, addresses: set[str], settings: AddressSettings) -> DataFrame:
-    """id_cache_size of every address in the batch: few rows, matched by config.py once each."""
-    return spark.createDataFrame([(a, settings.id_cache_size(a)) for a in sorted(addresses)],
-                                 "address string, id_cache_size long")
+def _domains(spark: SparkSession, addresses: set[str], settings: AddressSettings) -> DataFrame:
+    """The cache (domain) of every address in the batch and whether it checks at all: few rows,
+    matched by config.py once each."""
+    rows = [(a, s.domain_of(a), s.checks) for a, s in ((a, settings.setting_for(a)) for a in sorted(addresses))]
+    return spark.createDataFrame(rows, "address string, domain string, checks boolean")
 
 
 # Rows up to which a join's smaller side is broadcast (key or verdict rows of some 50 bytes: well
@@ -308,15 +356,24 @@ def _broadcast_if_small(frame: DataFrame, rows: int) -> DataFrame:
     return F.broadcast(frame) if rows <= BROADCAST_MAX_ROWS else frame
 
 
-def _counters(spark: SparkSession, counters: dict[str, dict]) -> DataFrame:
-    return spark.createDataFrame([(name, c["last_seq"]) for name, c in counters.items()],
-                                 "cache string, last_seq long")
+def _starts(spark: SparkSession, windows: dict[str, cache_windows.CacheWindow]) -> DataFrame:
+    """Per cache, where it starts: its counter and time, and whether it keeps instants."""
+    return spark.createDataFrame([(name, w.last_seq, w.clock_us, w.policy != COUNT) for name, w in windows.items()],
+                                 "cache string, last_seq long, clock_us long, timed boolean")
 
 
-def _floors(spark: SparkSession, caches: dict[str, dict]) -> DataFrame:
-    """Per cache, the highest cache_seq that has left it: entries above it are the snapshot."""
-    return spark.createDataFrame([(name, c["last_seq"] - c["id_cache_size"]) for name, c in caches.items()],
-                                 "cache string, floor long")
+def _limits(spark: SparkSession, caches: dict[str, dict]) -> DataFrame:
+    """Per count or time cache, the limits of its snapshot (``transforms.snapshot``): the highest
+    cache_seq that has left it by count, the oldest instant it still holds by time (null: no such
+    limit). Apama caches are not listed: the kernel reports their queues."""
+    rows = []
+    for name, c in caches.items():
+        if c["policy"] == APAMA:
+            continue
+        size = c["id_cache_size"]
+        oldest = c["clock_us"] - c["duplicate_window_us"] if c["policy"] == TIME and c["clock_us"] is not None else None
+        rows.append((name, None if size is None else c["last_seq"] - size, oldest))
+    return spark.createDataFrame(rows, "cache string, floor long, oldest_us long")
 
 
 def _check_history(warehouse: Warehouse, txn: Transaction, fingerprint: str, invalidate_later: bool) -> list[str]:
@@ -393,7 +450,6 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         settings = load_settings(args.config)
-        settings.check_engine_support()
         validate_batch_id(args.batch_id)
     except USER_ERRORS as error:
         return report_error(error, exit_codes.USER_ERROR)

@@ -12,8 +12,11 @@ from __future__ import annotations
 import hashlib
 import json
 
-from msgdedup.config import AddressSettings
+from typing import Mapping
+
+from msgdedup.config import COUNT
 from msgdedup.engine.reading import InputFile
+from msgdedup.engine.windows import CacheWindow, record
 
 MANIFEST_VERSION = 1
 
@@ -27,23 +30,29 @@ def input_fingerprint(input_path: str, files: list[InputFile]) -> dict:
     return {"path": input_path, "files": listed, "fingerprint": _sha256(listed)}
 
 
-def cache_counters(parent: dict[str, dict], accepted: dict[str, tuple[str, int]],
-                   settings: AddressSettings) -> dict[str, dict]:
-    """Every cache after the batch: the parent's, and those the batch met (``accepted``: cache ->
-    (address, keys accepted)). ``entries`` is filled in once the snapshot is written."""
-    caches = {name: {"address": info["address"], "last_seq": info["last_seq"]} for name, info in parent.items()}
-    for name, (address, count) in accepted.items():
-        cache = caches.setdefault(name, {"address": address, "last_seq": 0})
-        cache["last_seq"] += count
-    return {
-        name: {"address": c["address"], "id_cache_size": settings.id_cache_size(c["address"]),
-               "entries": 0, "last_seq": c["last_seq"]}
-        for name, c in sorted(caches.items())
-    }
+def cache_counters(windows: Mapping[str, CacheWindow], accepted: Mapping[str, int],
+                   clocks: Mapping[str, int | None]) -> dict[str, dict]:
+    """Every cache after the batch (the parent's and those the batch's messages met, ``accepted``:
+    cache -> keys accepted): its window (windows.record), counter and, beside the counter of
+    a time or Apama cache, its time (``clocks``, §8.5). ``entries`` and ``addresses`` (those of
+    its entries, how a later batch finds the window of a cache it does not use) are filled in once
+    the snapshot is written."""
+    caches = {}
+    for name, w in windows.items():
+        if not (w.inherited or name in accepted):
+            continue  # named only by lines that were not checked (a repeated message_id)
+        cache = {"address": w.address, "addresses": list(w.addresses), **record(w.setting), "entries": 0,
+                 "last_seq": w.last_seq + accepted.get(name, 0)}
+        if w.policy != COUNT:
+            cache["clock_us"] = clocks.get(name)
+        caches[name] = cache
+    return caches
 
 
 def snapshot_fingerprint(caches: dict[str, dict], entry_digests: dict[str, str]) -> str:
     digest = hashlib.sha256()
     for name in sorted(caches):
-        digest.update(f"{name}\0{caches[name]['last_seq']}\0{entry_digests.get(name, '')}\n".encode())
+        clock = caches[name].get("clock_us")  # none for count caches: their fingerprints are as before
+        digest.update(f"{name}\0{caches[name]['last_seq']}\0{entry_digests.get(name, '')}".encode())
+        digest.update(b"\n" if clock is None else f"\0{clock}\n".encode())
     return digest.hexdigest()

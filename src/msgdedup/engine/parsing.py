@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Iterator
 
 import pyarrow as pa
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -183,28 +183,37 @@ def parsed_lines(fast: DataFrame, slow: DataFrame | None) -> DataFrame:
 
 def census(parsed: DataFrame) -> DataFrame:
     """One row: the lines (``lines``), how many the fast path left to Python (``slow``, when
-    ``parsed`` is ``fast_parse``'s) and the distinct addresses of the decided ones
-    (``addresses``; few). Whatever the batch needs to know before it decides, in one pass: the
-    pass that computes (and caches) the parse."""
+    ``parsed`` is ``fast_parse``'s), the distinct addresses of the decided ones (``addresses``;
+    few) and which of them carry keys (``keyed``: (address, bridge) pairs, windows.resolve).
+    Whatever the batch needs to know before it decides, in one pass: the pass that computes (and
+    caches) the parse."""
     slow = F.count_if(F.col("slow")) if "slow" in parsed.columns else F.lit(0).cast("long")
+    bridge, duplicate_id = _key_properties()
+    keyed = F.when(F.col("error").isNull() & (bridge.isNotNull() | duplicate_id.isNotNull()),
+                   F.struct(F.col("address"), bridge.isNotNull().alias("bridge")))
     return parsed.agg(F.count(F.lit(1)).alias("lines"), slow.alias("slow"),
-                      F.collect_set("address").alias("addresses"))
+                      F.collect_set("address").alias("addresses"), F.collect_set(keyed).alias("keyed"))
+
+
+def _key_properties() -> tuple[Column, Column]:
+    return (F.try_element_at("properties", F.lit(BRIDGE_DUPLICATE_ID_PROPERTY)),
+            F.try_element_at("properties", F.lit(DUPLICATE_ID_PROPERTY)))
 
 
 # -- keys -------------------------------------------------------------------------------------------
-def with_cache_keys(messages: DataFrame, cache_sizes: DataFrame) -> DataFrame:
+def with_cache_keys(messages: DataFrame, domains: DataFrame) -> DataFrame:
     """Add ``cache`` and ``dedup_key`` (msgdedup.keys.cache_key, as a column expression).
 
-    ``cache_sizes`` has one row per address of the batch (``address``, ``id_cache_size``): the
-    Artemis-style address matching stays in Python (config.py) and runs once per address.
+    ``domains`` has one row per address of the batch (``address``, ``domain``: the cache its
+    keys are checked in, ``checks``: False when detection is off): the Artemis-style address
+    matching stays in Python (config.py) and runs once per address.
     """
-    bridge = F.try_element_at("properties", F.lit(BRIDGE_DUPLICATE_ID_PROPERTY))
-    duplicate_id = F.try_element_at("properties", F.lit(DUPLICATE_ID_PROPERTY))
-    checked = F.col("id_cache_size") > 0
+    bridge, duplicate_id = _key_properties()
+    checked = F.col("checks")
     return (
-        messages.join(F.broadcast(cache_sizes), "address", "left")
-        .withColumn("cache", F.when(checked & bridge.isNotNull(), F.concat(F.lit(BRIDGE_CACHE_PREFIX), "address"))
-                    .when(checked & duplicate_id.isNotNull(), F.col("address")))
+        messages.join(F.broadcast(domains), "address", "left")
+        .withColumn("cache", F.when(checked & bridge.isNotNull(), F.concat(F.lit(BRIDGE_CACHE_PREFIX), "domain"))
+                    .when(checked & duplicate_id.isNotNull(), F.col("domain")))
         .withColumn("dedup_key", F.when(checked, F.coalesce(bridge, duplicate_id)))
-        .drop("id_cache_size")
+        .drop("domain", "checks")
     )

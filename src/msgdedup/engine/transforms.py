@@ -24,8 +24,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from msgdedup.config import AddressSettings
 from msgdedup.engine import kernel
+from msgdedup.engine.windows import CacheWindow
 from msgdedup.engine.parsing import LINE_BITS
 
 MESSAGE_COLUMNS = [
@@ -34,7 +34,13 @@ MESSAGE_COLUMNS = [
 ]
 # What deciding needs of a message: the wide columns (body, properties, ...) stay out of every
 # shuffle but the last one, which joins the verdicts back.
-KEY_COLUMNS = ["row_id", "message_id", "address", "received_us", "txn_id", "cache", "dedup_key"]
+KEY_COLUMNS = ["row_id", "message_id", "address", "received_us", "txn_id", "source_id", "cache", "dedup_key"]
+# An ID-cache snapshot row (§5, §8.5): time and Apama caches add the instant a key entered with,
+# Apama caches its sender and queue (null elsewhere).
+SNAPSHOT_COLUMNS = ["cache", "dedup_key", "cache_seq", "message_id", "address", "accepted_batch_id",
+                    "received_at_us", "source_id", "queue"]
+SNAPSHOT_SCHEMA = ("cache string, dedup_key string, cache_seq long, message_id string, address string, "
+                   "accepted_batch_id string, received_at_us long, source_id string, queue string")
 QUARANTINED = "quarantined"
 
 OUTPUT_SPARK_SCHEMA = from_arrow_schema(kernel.OUTPUT_SCHEMA)
@@ -109,10 +115,12 @@ def repeated_keys(batch_keys: DataFrame, entries_met: DataFrame | None) -> DataF
     return repeated
 
 
-def mark_repeated(messages: DataFrame, repeated: DataFrame) -> DataFrame:
-    """Add ``repeated``: the message's key is one of ``repeated_keys``."""
+def mark_repeated(messages: DataFrame, repeated: DataFrame, sequential: list[str]) -> DataFrame:
+    """Add ``repeated``: the message's key is one of ``repeated_keys``, or its cache is one of
+    ``sequential`` (Apama caches: all their units go through the kernel, see kernel.py)."""
+    in_sequential = F.col("cache").isin(sequential) if sequential else F.lit(False)
     return (messages.join(repeated.withColumn("repeated", F.lit(True)), ["cache", "dedup_key"], "left")
-            .withColumn("repeated", F.coalesce("repeated", F.lit(False))))
+            .withColumn("repeated", F.coalesce("repeated", F.lit(False)) | F.coalesce(in_sequential, F.lit(False))))
 
 
 def assign_units(messages: DataFrame) -> DataFrame:
@@ -159,71 +167,88 @@ def rank_in_caches(units: DataFrame) -> DataFrame:
 
 
 # -- decide ---------------------------------------------------------------------------------------
-def decision_stream(units: DataFrame, entries_met: DataFrame | None) -> DataFrame:
-    """One sorted partition: the parent's entries the batch's keys can meet (``entries_met``; all
-    of them are contested keys), then the contested messages in unit order (messages of a
-    transaction keep their own order)."""
+def decision_stream(units: DataFrame, entries: DataFrame | None) -> DataFrame:
+    """One sorted partition: the parent's entries the kernel needs (``entries``, SNAPSHOT_COLUMNS:
+    those the batch's keys can meet, and every entry of an Apama cache), then the contested
+    messages in unit order (messages of a transaction keep their own order)."""
     contested = units.filter(F.col("contested"))
+    none = lambda column, kind: F.lit(None).cast(kind).alias(column)  # noqa: E731
     messages = contested.select(
         F.lit(kernel.MESSAGE_PHASE).alias("phase"), *_UNIT_ORDER, "message_id", "txn_id", "address",
-        "cache", "dedup_key", F.lit(None).cast("long").alias("cache_seq"),
-        F.col("free_rank").alias("free_before"), "contested_rank")
+        "cache", "dedup_key", none("cache_seq", "long"), F.col("free_rank").alias("free_before"), "contested_rank",
+        "source_id", none("received_at_us", "long"), none("queue", "string"), none("accepted_batch_id", "string"))
     stream = messages
-    if entries_met is not None:
-        entries = entries_met.select(
+    if entries is not None:
+        entries = entries.select(
             F.lit(kernel.SNAPSHOT_PHASE).alias("phase"),
             *[F.lit(0).cast("long").alias(c) for c in _UNIT_ORDER], "message_id",
-            F.lit(None).cast("string").alias("txn_id"), "address", "cache", "dedup_key",
-            "cache_seq", *[F.lit(None).cast("long").alias(c) for c in ("free_before", "contested_rank")])
+            none("txn_id", "string"), "address", "cache", "dedup_key",
+            "cache_seq", none("free_before", "long"), none("contested_rank", "long"),
+            "source_id", "received_at_us", "queue", "accepted_batch_id")
         stream = entries.unionByName(stream)
     return stream.repartition(1).sortWithinPartitions("phase", *_UNIT_ORDER)
 
 
-def decide(stream: DataFrame, settings: AddressSettings, counters: dict[str, dict]) -> DataFrame:
-    """The kernel's verdicts (kernel.OUTPUT_SCHEMA) for a decision stream."""
-    return stream.mapInArrow(lambda batches: kernel.decide(batches, settings, counters), OUTPUT_SPARK_SCHEMA)
+def decide(stream: DataFrame, windows: dict[str, CacheWindow], batch_id: str) -> DataFrame:
+    """The kernel's output (kernel.OUTPUT_SCHEMA) for a decision stream: verdicts, and the
+    entries and time of the Apama caches."""
+    return stream.mapInArrow(lambda batches: kernel.decide(batches, windows, batch_id), OUTPUT_SPARK_SCHEMA)
+
+
+def kernel_rows(decisions: DataFrame, kind: str) -> DataFrame:
+    return decisions.filter(F.col("kind") == kind)
 
 
 # -- outputs --------------------------------------------------------------------------------------
 VERDICT_COLUMNS = ["row_id", "outcome", "reason", "duplicate_of", "cache_seq", "error",
-                   "message_id", "address", "cache", "dedup_key"]
+                   "message_id", "address", "cache", "dedup_key", "source_id", "received_at_us"]
 
 
-def verdicts(units: DataFrame, decisions: DataFrame, copies: DataFrame, counters: DataFrame) -> DataFrame:
+def verdicts(units: DataFrame, decisions: DataFrame, copies: DataFrame, starts: DataFrame) -> DataFrame:
     """One row per valid message: delivered (every uncontested unit), the kernel's verdict, or
     quarantined as a repeated message_id.
 
-    An uncontested message's ``cache_seq`` is the parent's counter (``counters``: ``cache``,
-    ``last_seq``; small) + its ``free_rank`` + the contested acceptances before it, which the
-    kernel reported at the contested message ranked just before it (see kernel.py).
+    An uncontested message's ``cache_seq`` is the parent's counter (``starts``: ``cache``,
+    ``last_seq``, ``clock_us``, ``timed``: a time or Apama cache; small, windows.py) + its ``free_rank`` + the contested
+    acceptances before it, which the kernel reported at the contested message ranked just before
+    it (see kernel.py). An acceptance on a time or Apama cache enters at the cache's time then
+    (``received_at_us``, §8.4): the later of its unit's instant and the cache's time before the
+    batch, as units are decided in instant order.
     """
+    decisions = kernel_rows(decisions, kernel.VERDICT)
     contested_accepted = decisions.filter(F.col("cache").isNotNull()).select(
         "cache", "contested_rank", "accepted_after")
+    starts = F.broadcast(starts)
+    identity = ["message_id", "address", "cache", "dedup_key", "source_id", "unit_us"]
     free = (
         units.filter(~F.col("contested"))
         .join(contested_accepted, ["cache", "contested_rank"], "left")
-        .join(F.broadcast(counters), "cache", "left")
+        .join(starts.select("cache", "last_seq"), "cache", "left")
         .select("row_id", F.lit(kernel.DELIVERED).alias("outcome"),
                 *[F.lit(None).cast("string").alias(c) for c in ("reason", "duplicate_of")],
                 (F.coalesce("last_seq", F.lit(0)) + F.col("free_rank") + F.coalesce("accepted_after", F.lit(0)))
-                .alias("cache_seq"),
-                "message_id", "address", "cache", "dedup_key")
+                .alias("cache_seq"), *identity)
     )
-    decided = units.filter(F.col("contested")).select("row_id", "message_id", "address", "cache", "dedup_key").join(
+    decided = units.filter(F.col("contested")).select("row_id", *identity).join(
         decisions.select("row_id", "outcome", "reason", "duplicate_of", "cache_seq"), "row_id")
+    timed = (free.unionByName(decided).join(starts.select("cache", "clock_us", "timed"), "cache", "left")
+             .withColumn("received_at_us", F.when(F.col("timed") & F.col("cache_seq").isNotNull(),
+                                                  F.greatest("unit_us", F.coalesce("clock_us", "unit_us"))))
+             .withColumn("error", F.lit(None).cast("string")))
     quarantined = copies.select(
         "row_id", F.lit(QUARANTINED).alias("outcome"), *[F.lit(None).cast("string").alias(c) for c in (
             "reason", "duplicate_of")], F.lit(None).cast("long").alias("cache_seq"), "error",
-        *[F.lit(None).cast("string").alias(c) for c in ("message_id", "address", "cache", "dedup_key")])
-    no_error = F.lit(None).cast("string").alias("error")
-    return (free.select("*", no_error).unionByName(decided.select("*", no_error))
-            .unionByName(quarantined).select(*VERDICT_COLUMNS))
+        *[F.lit(None).cast("string").alias(c) for c in ("message_id", "address", "cache", "dedup_key", "source_id")],
+        F.lit(None).cast("long").alias("received_at_us"))
+    return timed.select(*VERDICT_COLUMNS).unionByName(quarantined.select(*VERDICT_COLUMNS))
 
 
 def verdict_counts(verdicts: DataFrame) -> DataFrame:
     """Verdicts counted by (address, cache, outcome, reason): few rows, what the books, the
-    counters and the manifest's per-address counts are made of."""
-    return verdicts.groupBy("address", "cache", "outcome", "reason").count()
+    counters and the manifest's per-address counts are made of; with the latest instant a key
+    entered a time cache with (``clock_us``: the cache's time after the batch, §8.4)."""
+    return verdicts.groupBy("address", "cache", "outcome", "reason").agg(
+        F.count(F.lit(1)).alias("count"), F.max("received_at_us").alias("clock_us"))
 
 
 def with_outcome(verdicts: DataFrame, outcome: str) -> DataFrame:
@@ -235,14 +260,15 @@ def judge(valid: DataFrame, verdicts: DataFrame) -> DataFrame:
     joins only the verdicts it keeps (``with_outcome``), so that side stays small enough to
     broadcast and the wide rows are read, never shuffled."""
     return valid.drop("error", "raw_line").join(
-        verdicts.select("row_id", "outcome", "reason", "duplicate_of", "cache_seq", "error"), "row_id")
+        verdicts.select("row_id", "outcome", "reason", "duplicate_of", "cache_seq", "error", "received_at_us"),
+        "row_id")
 
 
 def delivered(valid: DataFrame, verdicts: DataFrame) -> DataFrame:
     return (
         judge(valid, verdicts).filter(F.col("outcome") == kernel.DELIVERED)
         .sortWithinPartitions("received_us", "row_id")
-        .select(*MESSAGE_COLUMNS, "cache", "dedup_key", "cache_seq")
+        .select(*MESSAGE_COLUMNS, "cache", "dedup_key", "cache_seq", F.col("received_at_us").alias("entered_at_us"))
     )
 
 
@@ -264,29 +290,37 @@ def quarantine(invalid: DataFrame, valid: DataFrame, repeated: DataFrame | None)
     return quarantined.sortWithinPartitions("row_id").drop("row_id")
 
 
-def snapshot(verdicts: DataFrame, parent_snapshot: DataFrame | None, floors: DataFrame,
-             batch_id: str) -> DataFrame:
-    """The new ID cache: the parent's entries and this batch's acceptances that are still among
-    the last ``id_cache_size`` of their cache, i.e. whose ``cache_seq`` is above the cache's
-    floor (``floors``: ``cache``, ``floor`` = new counter - size; small)."""
-    columns = ["cache", "dedup_key", "cache_seq", "message_id", "address", "accepted_batch_id"]
-    entries = verdicts.filter(F.col("cache_seq").isNotNull()).withColumn("accepted_batch_id", F.lit(batch_id))
-    entries = entries.select(*columns)
-    if parent_snapshot is not None:
-        entries = parent_snapshot.select(*columns).unionByName(entries)
-    return (entries.join(F.broadcast(floors), "cache")
-            .filter(F.col("cache_seq") > F.col("floor")).select(*columns))
+def acceptances(verdicts: DataFrame, batch_id: str) -> DataFrame:
+    """This batch's acceptances as cache entries (SNAPSHOT_COLUMNS)."""
+    return (verdicts.filter(F.col("cache_seq").isNotNull())
+            .select("cache", "dedup_key", "cache_seq", "message_id", "address",
+                    F.lit(batch_id).alias("accepted_batch_id"), "received_at_us",
+                    *[F.lit(None).cast("string").alias(c) for c in ("source_id", "queue")]))
+
+
+def snapshot(entries: DataFrame, limits: DataFrame, apama_entries: DataFrame) -> DataFrame:
+    """The new ID cache. Count and time caches: their ``entries`` (the parent's carried ones and
+    this batch's ``acceptances``) still within their limits (``limits``: ``cache``, ``floor`` =
+    new counter - count limit, ``oldest_us`` = the cache's time - duplicate_window, either null
+    when the window has no such limit; small), since both only ever expire from the oldest end
+    (§3, §8.3). Apama caches: the queues the kernel reports (``apama_entries``)."""
+    within = ((F.col("floor").isNull() | (F.col("cache_seq") > F.col("floor")))
+              & (F.col("oldest_us").isNull() | (F.col("received_at_us") >= F.col("oldest_us"))))
+    kept = entries.join(F.broadcast(limits), "cache").filter(within).select(*SNAPSHOT_COLUMNS)
+    return kept.unionByName(apama_entries.select(*SNAPSHOT_COLUMNS))
 
 
 def entry_digests(snapshot: DataFrame) -> DataFrame:
     """Per cache: its entry count and a digest of its entries (few rows).
 
-    The digest XORs two 64-bit hashes of every entry (key, seq, message_id): the seq puts the
-    order in each entry, the keys of a cache are distinct, so no sort is needed and the caches
+    The digest XORs two 64-bit hashes of every entry (key, seq, message_id, and where the policy
+    keeps them its instant, sender and queue): the seq puts the order in each entry, the keys of
+    a cache are distinct, so no sort is needed and the caches
     are hashed in parallel. It tells runs apart, it is not a security measure.
     """
-    entry = ["dedup_key", "cache_seq", "message_id"]
+    entry = ["dedup_key", "cache_seq", "message_id", "received_at_us", "source_id", "queue"]  # nulls hash as nothing
     return snapshot.groupBy("cache").agg(
         F.count(F.lit(1)).alias("entries"),
         F.format_string("%016x%016x", F.bit_xor(F.xxhash64(*entry)), F.bit_xor(F.xxhash64(F.lit(1), *entry)))
-        .alias("digest"))
+        .alias("digest"),
+        F.array_sort(F.collect_set("address")).alias("addresses"))

@@ -242,10 +242,10 @@ def render_index(t: dict[str, Any], warehouse: Path) -> HTMLResponse:
     parts.append("<h2>Duplicate-ID caches, fullest first</h2>")
     parts.append("<p class='note'>Fill = entries / id_cache_size after the newest batch shown. A full cache "
                  "forgets its oldest keys: a repeat of one is delivered again.</p>")
-    cache_headers = ["cache", "address", "fill (newest batch)", "entries", "id_cache_size",
+    cache_headers = ["cache", "address", "window", "fill (newest batch)", "entries", "id_cache_size",
                      "fill over the batches shown", "window misses", "recommended id_cache_size"]
     parts.append(_table(cache_headers, [
-        [_e(c["cache"]), _e(c["address"]), charts.fill_bar(c["latest_fill_pct"]), _e(c["entries"]),
+        [_e(c["cache"]), _e(c["address"]), _e(c["window"]), charts.fill_bar(c["latest_fill_pct"]), _e(c["entries"]),
          _e(c["id_cache_size"]), charts.sparkline(c["series"]),
          f"<b class='stale'>{_e(c['window_misses'])}</b>" if c["window_misses"] else "0",
          f"<b>{_e(c['recommended_id_cache_size'])}</b>"
@@ -304,8 +304,8 @@ def render_batch(r: dict[str, Any]) -> HTMLResponse:
         for a in r["by_address"]
     ]))
     parts.append("<h2>Duplicate-ID caches after this batch</h2>")
-    parts.append(_table(["cache", "entries", "id_cache_size", "fill", "last seq"], [
-        [_e(k["cache"]), _e(k["entries"]), _e(k["id_cache_size"]),
+    parts.append(_table(["cache", "window", "entries", "id_cache_size", "fill", "last seq"], [
+        [_e(k["cache"]), _e(k["window"]), _e(k["entries"]), _e(k["id_cache_size"] or "-"),
          _e("-" if k["fill_pct"] is None else f"{k['fill_pct']}%"), _e(k["last_seq"])]
         for k in r["caches"]
     ]))

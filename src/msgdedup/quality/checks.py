@@ -97,11 +97,12 @@ CHECKED_TABLES: tuple[CheckedTable, ...] = (
         expectations=(
             _expect("ExpectColumnValuesToBeNull",
                     "No duplicate delivered within the window: two deliveries of one (cache, key) "
-                    "must be more than id_cache_size accepted keys apart.",
+                    "must be more than id_cache_size accepted keys apart (count), or more than "
+                    "duplicate_window apart or past the cap (time).",
                     column="duplicate_within_window"),
             _expect("ExpectColumnValuesToNotBeNull",
-                    "Every cache a message was checked in is declared in the manifest with its size.",
-                    column="id_cache_size"),
+                    "Every cache a message was checked in is declared in the manifest with its window.",
+                    column="policy"),
             _expect("ExpectColumnValuesToNotBeNull",
                     "A checked delivered message has its acceptance sequence number.",
                     column="cache_seq"),

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 DUPLICATE = "duplicate"
@@ -31,12 +31,16 @@ REQUIRED_FIELDS = ("message_id", "address", "received_at")
 
 
 def cache_sizes(spark: SparkSession, manifest: Mapping) -> DataFrame:
-    """``cache, id_cache_size, manifest_entries`` from the manifest (one small row per cache)."""
+    """``cache, policy, id_cache_size, duplicate_window_us, manifest_entries`` from the manifest
+    (one small row per cache). ``id_cache_size`` is the count limit (null for Apama caches and
+    time caches without a cap); manifests before policies existed are all ``count``."""
     rows = [
-        (name, int(info["id_cache_size"]), int(info.get("entries", 0)))
+        (name, info.get("policy", "count"), _int_or_none(info.get("id_cache_size")),
+         _int_or_none(info.get("duplicate_window_us")), int(info.get("entries", 0)))
         for name, info in sorted((manifest.get("caches") or {}).items())
     ]
-    return spark.createDataFrame(rows, "cache string, id_cache_size long, manifest_entries long")
+    return spark.createDataFrame(
+        rows, "cache string, policy string, id_cache_size long, duplicate_window_us long, manifest_entries long")
 
 
 def repeated_message_ids(delivered: DataFrame, dropped: DataFrame) -> DataFrame:
@@ -97,11 +101,28 @@ def _same_key(left: DataFrame, right: DataFrame, columns: tuple[str, ...], how: 
     return left.join(renamed, condition, how)
 
 
+def _column_or_null(frame: DataFrame, column: str) -> Column:
+    """An instant column of an output written before policies existed is missing: null."""
+    return F.col(column) if column in frame.columns else F.lit(None).cast("long")
+
+
+def _entry_policy(id_cache: DataFrame) -> Column:
+    """The policy a snapshot entry was kept by (§8.5): Apama entries have a queue, time entries an
+    instant, count entries neither."""
+    if "queue" not in id_cache.columns:
+        return F.lit("count")
+    return (F.when(F.col("queue").isNotNull(), "apama").when(F.col("received_at_us").isNotNull(), "time")
+            .otherwise("count"))
+
+
 def _current_acceptances(delivered: DataFrame, batch_id: str) -> DataFrame:
-    """This batch's checked deliveries as acceptances of their (cache, dedup_key)."""
+    """This batch's checked deliveries as acceptances of their (cache, dedup_key), with the
+    instant they entered a time or Apama cache with (§8.4)."""
     return delivered.where(F.col("cache").isNotNull()).select(
         "cache", "dedup_key", "cache_seq", "message_id",
         F.lit(batch_id).alias("accepted_batch_id"), F.lit(True).alias("_in_batch"),
+        _column_or_null(delivered, "entered_at_us").alias("entered_at_us"),
+        F.lit(None).cast("string").alias("_policy"),
     )
 
 
@@ -109,7 +130,8 @@ def _acceptances(delivered: DataFrame, parent_id_cache: DataFrame, batch_id: str
     """This batch's acceptances and the parent snapshot's (what the cache held before)."""
     history = parent_id_cache.select(
         "cache", "dedup_key", "cache_seq", "message_id", "accepted_batch_id",
-        F.lit(False).alias("_in_batch"),
+        F.lit(False).alias("_in_batch"), _column_or_null(parent_id_cache, "received_at_us").alias("entered_at_us"),
+        _entry_policy(parent_id_cache).alias("_policy"),
     )
     return _current_acceptances(delivered, batch_id).unionByName(history)
 
@@ -145,7 +167,13 @@ def key_window(delivered: DataFrame, parent_id_cache: DataFrame, sizes: DataFram
     The previous acceptance is looked for among this batch's deliveries and the parent's ID
     cache snapshot (what the cache held before this batch). Artemis' cache holds the last
     ``id_cache_size`` accepted keys, so a key may be accepted again only once it has been
-    pushed out: its two ``cache_seq`` must be more than ``id_cache_size`` apart.
+    pushed out: its two ``cache_seq`` must be more than ``id_cache_size`` apart. A time cache
+    (§8.3) forgets a key once either limit is passed: its two acceptances must be more than
+    ``duplicate_window`` apart in the instants they entered with, or more than its cap apart.
+    A previous acceptance of another policy (the parent's entries of a cache whose policy changed
+    started it empty, §8.5) is no finding.
+    An Apama cache's promise depends on each sender's order, which the outputs do not keep: its
+    occupancy is checked (``id_cache_occupancy``), not its window.
     A key that is not in the parent snapshot was pushed out before this batch, which can only
     make the gap larger, so the snapshot is all the history needed.
 
@@ -169,6 +197,9 @@ def key_window(delivered: DataFrame, parent_id_cache: DataFrame, sizes: DataFram
         .withColumn("prev_message_id", F.lag("message_id").over(by_key))
         .withColumn("prev_cache_seq", F.lag("cache_seq").over(by_key))
         .withColumn("prev_batch_id", F.lag("accepted_batch_id").over(by_key))
+        .withColumn("prev_in_batch", F.lag("_in_batch").over(by_key))
+        .withColumn("prev_entered_at_us", F.lag("entered_at_us").over(by_key))
+        .withColumn("prev_policy", F.lag("_policy").over(by_key))
         .where(F.col("_in_batch"))
     )
     first = _same_key(current, again, _KEY, "left_anti").select(
@@ -176,20 +207,35 @@ def key_window(delivered: DataFrame, parent_id_cache: DataFrame, sizes: DataFram
         F.lit(None).cast("string").alias("prev_message_id"),
         F.lit(None).cast("long").alias("prev_cache_seq"),
         F.lit(None).cast("string").alias("prev_batch_id"),
+        F.lit(None).cast("boolean").alias("prev_in_batch"),
+        F.lit(None).cast("long").alias("prev_entered_at_us"),
+        F.lit(None).cast("string").alias("prev_policy"),
     )
     placed = (
         repeated.unionByName(first)
-        .drop("_in_batch", "accepted_batch_id")
-        .join(sizes.select("cache", "id_cache_size"), "cache", "left")
+        .drop("_in_batch", "accepted_batch_id", "_policy")
+        .join(sizes.select("cache", "policy", "id_cache_size", "duplicate_window_us"), "cache", "left")
         .withColumn("seq_gap", F.col("cache_seq") - F.col("prev_cache_seq"))
+        .withColumn("time_gap_us", F.col("entered_at_us") - F.col("prev_entered_at_us"))
     )
+    same_policy = F.col("prev_in_batch") | (F.col("prev_policy") == F.col("policy"))
+    within_count = F.col("id_cache_size").isNull() | (F.col("seq_gap") <= F.col("id_cache_size"))
     violation = F.when(
-        F.col("seq_gap") <= F.col("id_cache_size"),
+        (F.col("policy") == "count") & same_policy & (F.col("seq_gap") <= F.col("id_cache_size")),
         F.format_string(
             "%s key %s: %s (cache_seq %d) delivered again %d accepted keys after %s "
             "(cache_seq %d, batch %s); the cache holds %d",
             "cache", "dedup_key", "message_id", "cache_seq", "seq_gap",
             "prev_message_id", "prev_cache_seq", "prev_batch_id", "id_cache_size",
+        ),
+    ).when(
+        (F.col("policy") == "time") & same_policy & within_count
+        & (F.col("time_gap_us") <= F.col("duplicate_window_us")),
+        F.format_string(
+            "%s key %s: %s delivered again %.6f s and %d accepted keys after %s (batch %s); "
+            "the duplicate_window is %.6f s",
+            "cache", "dedup_key", "message_id", F.col("time_gap_us") / 1e6, "seq_gap",
+            "prev_message_id", "prev_batch_id", F.col("duplicate_window_us") / 1e6,
         ),
     )
     # cache_seq numbers a cache's acceptances: two deliveries sharing one in this batch
@@ -312,12 +358,14 @@ def id_cache_occupancy(id_cache: DataFrame, sizes: DataFrame) -> DataFrame:
     """
     per_key = id_cache.groupBy("cache", "dedup_key").agg(F.count(F.lit(1)).alias("_held"))
     declared = sizes.select("cache", F.lit(None).cast("string").alias("dedup_key"),
-                            F.lit(None).cast("long").alias("_held"), "id_cache_size", "manifest_entries",
+                            F.lit(None).cast("long").alias("_held"), "policy", "id_cache_size", "manifest_entries",
                             F.lit(True).alias("_declared"))
-    rows = per_key.select("cache", "dedup_key", "_held", F.lit(None).cast("long").alias("id_cache_size"),
+    rows = per_key.select("cache", "dedup_key", "_held", F.lit(None).cast("string").alias("policy"),
+                          F.lit(None).cast("long").alias("id_cache_size"),
                           F.lit(None).cast("long").alias("manifest_entries"),
                           F.lit(False).alias("_declared")).unionByName(declared)
     table = rows.groupBy("cache").agg(
+        F.max("policy").alias("policy"),
         F.max("id_cache_size").alias("id_cache_size"),
         F.coalesce(F.sum("_held"), F.lit(0)).cast("long").alias("entries"),
         F.count(F.when(~F.col("_declared"), F.col("dedup_key"))).cast("long").alias("distinct_keys"),
@@ -325,7 +373,7 @@ def id_cache_occupancy(id_cache: DataFrame, sizes: DataFrame) -> DataFrame:
     )
     problems = F.concat_ws(
         "; ",
-        F.when(F.col("id_cache_size").isNull(), F.format_string("cache %s is not declared in the manifest", "cache")),
+        F.when(F.col("policy").isNull(), F.format_string("cache %s is not declared in the manifest", "cache")),
         F.when(F.col("entries") != F.col("distinct_keys"),
                F.format_string("cache %s holds %d keys more than once", "cache",
                                F.col("entries") - F.col("distinct_keys"))),

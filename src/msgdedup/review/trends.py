@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from msgdedup import json_files, layout, reports
+from msgdedup.engine.windows import window_text
 
 DEFAULT_LIMIT = 168  # a week of hourly batches
 MAX_LIMIT = 2000
@@ -121,7 +122,8 @@ def point(warehouse: str | Path, batch_id: str, address: str | None = None) -> d
             continue
         size, entries = c.get("id_cache_size") or 0, c.get("entries") or 0
         missed = (audit or {}).get(name) or {}
-        caches[name] = {"address": c.get("address"), "entries": entries, "id_cache_size": size,
+        caches[name] = {"address": c.get("address"), "window": window_text(c), "entries": entries,
+                        "id_cache_size": size,
                         "fill_pct": round(100.0 * entries / size, 1) if size else None,
                         "window_misses": missed.get("misses", 0),
                         "recommended_id_cache_size": missed.get("recommended_id_cache_size", size)}
@@ -176,7 +178,8 @@ def trends(warehouse: str | Path, flt: TrendFilter = TrendFilter()) -> dict[str,
         series = [(p["caches"].get(name) or {}).get("fill_pct") for p in points]
         latest = next((p["caches"][name] for p in reversed(points) if name in p["caches"]), {})
         seen = [p["caches"][name] for p in points if name in p["caches"]]
-        caches.append({"cache": name, "address": latest.get("address"), "latest_fill_pct": latest.get("fill_pct"),
+        caches.append({"cache": name, "address": latest.get("address"), "window": latest.get("window"),
+                       "latest_fill_pct": latest.get("fill_pct"),
                        "entries": latest.get("entries"), "id_cache_size": latest.get("id_cache_size"),
                        "series": series, "window_misses": sum(c["window_misses"] for c in seen),
                        "recommended_id_cache_size": max(
