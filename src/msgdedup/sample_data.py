@@ -48,10 +48,17 @@ OFFSETS = (timezone.utc, timezone(timedelta(hours=1)), timezone(timedelta(hours=
            timezone(timedelta(hours=5, minutes=30)))
 SUCCESS_MARKER = "_SUCCESS"
 LATE_RESEND_ADDRESS = "inventory.updates"
-# The demo's address settings: Artemis' default everywhere, and on the late resends' address a
-# window of about an hour of its keys (some 45 an hour), too small for a resend hours later.
-DEMO_ADDRESS_SETTINGS = {"address_settings": {"#": {"id_cache_size": 20000},
-                                              LATE_RESEND_ADDRESS: {"id_cache_size": 50}}}
+# The demo's address settings, one of each policy (docs/semantics.md §8): Artemis' default
+# everywhere; on the late resends' address a window of about an hour of its keys (some 45 an hour),
+# too small for a resend hours later; the orders addresses share one Apama cache (their producers
+# are its senders; a redelivery minutes later is still in its sender's queue); payments a NATS-style
+# time window, shorter than the longest redeliveries.
+DEMO_ADDRESS_SETTINGS = {"address_settings": {
+    "#": {"id_cache_size": 20000},
+    LATE_RESEND_ADDRESS: {"id_cache_size": 50},
+    "orders.*": {"policy": "apama", "per_source_window": 200, "expiry_seconds": 300, "domain": "orders"},
+    "payments.*": {"policy": "time", "duplicate_window": "PT10M"},
+}}
 
 
 @dataclass

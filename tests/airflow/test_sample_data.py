@@ -6,7 +6,8 @@ from collections import Counter
 from datetime import datetime, timezone
 
 from msgdedup.envelope import InvalidLine, parse_line
-from msgdedup.sample_data import main, write_partitions
+from msgdedup.config import POLICIES, parse_settings
+from msgdedup.sample_data import DEMO_ADDRESS_SETTINGS, main, write_partitions
 
 
 def test_partitions_have_every_kind_of_trouble(tmp_path):
@@ -42,6 +43,12 @@ def test_partitions_have_every_kind_of_trouble(tmp_path):
     assert len(errors) == kinds["malformed"] and valid > 1000
     assert any(n > 1 for n in dupl_ids.values()) and any(n > 1 for n in bridge_ids.values())
     assert any(len(a) > 1 for a in txn_addresses.values()), "transactions span addresses"
+
+
+def test_the_demo_settings_use_every_policy_and_a_domain():
+    settings = parse_settings(DEMO_ADDRESS_SETTINGS)
+    assert {s.policy for s in settings.entries.values()} == set(POLICIES)
+    assert settings.domain("orders.eu") == settings.domain("orders.us") == "orders"
 
 
 def test_cli_is_deterministic(tmp_path, capsys):

@@ -172,3 +172,38 @@ def gate_command(*args) -> tuple[int, str]:
                "--conf", "spark.sql.shuffle.partitions=2", str(GATE_APP), *args]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     return done.returncode, done.stdout + done.stderr
+
+
+# §8: a time window of 10 s (payments) and an Apama cache (orders, one sender) over two hours.
+POLICIES = parse_settings({"address_settings": {
+    "orders.eu": {"policy": "apama", "per_source_window": 2, "expiry_seconds": 5},
+    "payments.eu": {"policy": "time", "duplicate_window": 10}}})
+TIMED5 = [msg("p1", 1, "x", address="payments.eu"), msg("p2", 5, "x", address="payments.eu"),
+          msg("p3", 12, "x", address="payments.eu"),                   # 11 s after p1: delivered again
+          msg("a1", 1, "a", address="orders.eu"), msg("a2", 2, "b", address="orders.eu"),
+          msg("a3", 3, "c", address="orders.eu"), msg("a4", 4, "a", address="orders.eu")]
+TIMED6 = [msg("q1", 20, "x", address="payments.eu"),                   # 8 s after p3 (the clock: 12 s)
+          msg("q2", 25, "y", address="payments.eu"), msg("b1", 30, "a", address="orders.eu")]
+
+
+def test_time_and_apama_batches_pass_and_a_narrower_declared_window_fails(spark, tmp_path):
+    warehouse = tmp_path / "wh"
+    run_batch(spark, write_input(tmp_path / "raw5", TIMED5), str(warehouse), H5, POLICIES)
+    run_batch(spark, write_input(tmp_path / "raw6", TIMED6), str(warehouse), H6, POLICIES)
+    manifest_path = warehouse / "runs" / f"{H5}.json"
+    manifest = json.loads(manifest_path.read_text())
+    assert {name: c["policy"] for name, c in manifest["caches"].items()} == {
+        "orders.eu": "apama", "payments.eu": "time"}
+    assert manifest["counts"]["by_reason"]["duplicate"] == 2  # p2, and a4 (a in the shared queue)
+    for batch_id in (H5, H6):
+        assert run_gate(spark, str(warehouse), batch_id).success
+
+    # Declaring a wider window than the engine applied: p3, delivered 11 s after p1, now lies
+    # inside it, and the gate names it.
+    manifest["caches"]["payments.eu"]["duplicate_window_us"] = 11_000_000
+    manifest_path.write_text(json.dumps(manifest))
+    result = run_gate(spark, str(warehouse), H5)
+    assert failed(result) == {WINDOW}
+    window = next(e for e in result.expectations if e.suite == "key_window" and e.kwargs.get("column") == WINDOW[2])
+    assert [r["message_id"] for r in window.sample_rows] == ["p3"]
+    assert "delivered again 11.000000 s" in window.sample_rows[0]["duplicate_within_window"]
