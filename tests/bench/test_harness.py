@@ -195,8 +195,12 @@ def test_execute_wires_scenarios_history_airflow_and_targets(tmp_path, monkeypat
     bench = harness.Bench("test", scale, tmp_path / "work", results_dir=tmp_path / "res", docs=None)
     results = bench.execute()
     assert [s["name"] for s in results["scenarios"]] == [
-        "300, 200 addresses, cache 20K", "300, hot address 50%, cache 20K", "300, 200 addresses, cache 1M"]
-    base, hot, big = results["scenarios"]
+        "300, 200 addresses, cache 20K", "300, hot address 50%, cache 20K", "300, 200 addresses, cache 1M",
+        "300, 200 addresses, time window PT2M", "300, 200 addresses, apama 2000 per sender, 120 s"]
+    base, hot, big, timed, apama = results["scenarios"]
+    assert timed["runs"]["ours"]["x_count_window"] == apama["runs"]["ours"]["x_count_window"] == 1.0
+    config = (tmp_path / "work" / "configs" / "apama-20000.yaml").read_text()
+    assert "policy: apama, per_source_window: 2000, expiry_seconds: 120" in config
     assert base["runs"]["ours"]["x_copy"] == 1.3
     assert base["runs"]["gx_gate"]["x_ours"] == 0.2, "in-app: gate 2 s / dedup 10 s"
     assert set(big["runs"]) == {"ours", "gx_gate"} and big["runs"]["ours"]["x_copy"] == 1.3
@@ -212,6 +216,7 @@ def test_execute_wires_scenarios_history_airflow_and_targets(tmp_path, monkeypat
     assert results["per_batch"]["runs"]["ours"]["x_copy"] == 1.3
     assert results["backfill"]["partitions"] == 3 and results["demo"]["wall_s"] == 170.0
     assert met["make demo (12 partitions, fresh home) ≤ 180 s"] is True
+    assert met["300, 200 addresses, time window PT2M: ours ≤ 1.2× the count window's time"] is True
     table = harness.publish(results, tmp_path / "res", None)
     assert "ours (dedup_batch.py)" in table and (tmp_path / "res" / "latest.json").exists()
 

@@ -65,6 +65,7 @@ class Scale:
     history_cache_size: int = 1_000
     backfill: bool = True              # the history's partitions as a backfill through Airflow
     demo: bool = True                  # make demo's command from a fresh home
+    policies: tuple[str, ...] = ("time", "apama")  # §8 policies beside the count window, first size only
 
 
 SCALES = {
@@ -79,6 +80,16 @@ SCALES = {
     "tiny": Scale(sizes=(5_000,), history_batches=3, history_messages=2_000, per_batch_messages=2_000,
                   history_cache_size=20),
 }
+
+
+# The other policies of docs/semantics.md §8 on the same input, beside the count window (the
+# workload's producers are 16 senders, ``source_id`` p0..p15): the defaults of Apama and NATS.
+POLICY_WINDOWS = {
+    "count": "{{id_cache_size: {size}}}",
+    "time": "{{policy: time, duplicate_window: PT2M, id_cache_size: {size}}}",
+    "apama": "{{policy: apama, per_source_window: 2000, expiry_seconds: 120}}",
+}
+POLICY_NAMES = {"time": "time window PT2M", "apama": "apama 2000 per sender, 120 s"}
 
 
 def _human(n: int) -> str:
@@ -143,10 +154,10 @@ class Bench:
             log(f"generated {messages:,} messages in {d} ({time.perf_counter() - t:.1f} s)")
         return d
 
-    def config_file(self, cache_size: int) -> Path:
-        path = self.work / "configs" / f"cache-{cache_size}.yaml"
+    def config_file(self, cache_size: int, policy: str = "count") -> Path:
+        path = self.work / "configs" / f"{policy}-{cache_size}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f'address_settings:\n  "#": {{id_cache_size: {cache_size}}}\n')
+        path.write_text(f'address_settings:\n  "#": {POLICY_WINDOWS[policy].format(size=cache_size)}\n')
         return path
 
     def fresh(self, *parts: str) -> Path:
@@ -158,14 +169,15 @@ class Bench:
 
     # ------------------------------------------------------------ scenarios
     def single(self, messages: int, hot_share: float, cache_size: int, peers: tuple[str, ...],
-               copy_from: dict | None = None) -> dict[str, Any]:
+               copy_from: dict | None = None, policy: str = "count") -> dict[str, Any]:
         hot = f"hot address {int(hot_share * 100)}%" if hot_share else f"{self.scale.addresses} addresses"
-        name = f"{_human(messages)}, {hot}, cache {_human(cache_size)}"
-        sid = f"n{messages}-h{hot_share}-c{cache_size}"
+        window = f"cache {_human(cache_size)}" if policy == "count" else POLICY_NAMES[policy]
+        name = f"{_human(messages)}, {hot}, {window}"
+        sid = f"n{messages}-h{hot_share}-c{cache_size}" + ("" if policy == "count" else f"-{policy}")
         inp = self.input_dir(messages, hot_share)
-        cfg = self.config_file(cache_size)
+        cfg = self.config_file(cache_size, policy)
         s: dict[str, Any] = {"id": sid, "name": name, "messages": messages, "addresses": self.scale.addresses,
-                             "hot_share": hot_share, "id_cache_size": cache_size, "input": str(inp),
+                             "hot_share": hot_share, "id_cache_size": cache_size, "policy": policy, "input": str(inp),
                              "input_bytes": sum(f.stat().st_size for f in inp.iterdir()),
                              "cache_size_axis": copy_from is not None, "runs": {}}
         runs = s["runs"]
@@ -205,6 +217,9 @@ class Bench:
         for r in runs.values():
             if copy.get("wall_s") and r.get("wall_s") and not r.get("error"):
                 r["x_copy"] = round(r["wall_s"] / copy["wall_s"], 3)
+        count_window = (copy_from or {}).get("ours") or {}
+        if policy != "count" and count_window.get("wall_s") and (runs.get("ours") or {}).get("wall_s"):
+            runs["ours"]["x_count_window"] = round(runs["ours"]["wall_s"] / count_window["wall_s"], 3)
         ours = runs.get("ours") or {}
         gate = runs.get("gx_gate") or {}
         # The DAG runs the gate in the dedup's Spark application (process_batch.py), so what it
@@ -352,6 +367,11 @@ class Bench:
                 results["scenarios"].append(self.single(
                     n, 0.0, cache, ("ours", "gx_gate"),
                     copy_from={**(base["runs"].get("copy") or {}), "scenario": base["name"]}))
+            for policy in sc.policies if n == sc.sizes[0] else ():
+                results["scenarios"].append(self.single(
+                    n, 0.0, sc.cache_sizes[0], ("ours",), policy=policy,
+                    copy_from={**(base["runs"].get("copy") or {}), "scenario": base["name"],
+                               "ours": base["runs"].get("ours") or {}}))
             if sc.airflow and n == sc.sizes[0]:
                 results["airflow"] = self.airflow(base)
         if sc.per_batch_messages:
