@@ -140,7 +140,7 @@ def test_engine_matches_the_model_on_multi_batch_streams(spark, tmp_path_factory
     _compare_with_the_model(spark, tmp_path_factory, scenario)
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(scenario=operations(max_batches=3, max_runs=4, configs=POLICY_CONFIGS))
 def test_engine_matches_the_model_under_every_policy(spark, tmp_path_factory, scenario):

@@ -24,6 +24,7 @@ SETTINGS = parse_settings({"address_settings": {"#": {"id_cache_size": 3}}})
 
 WINDOW = ("key_window", "expect_column_values_to_be_null", "duplicate_within_window")
 PARTIAL_TXN = ("transactions", "expect_column_values_to_be_null", "partial_delivery")
+SNAPSHOT = ("id_cache", "expect_column_values_to_be_null", "snapshot_problem")
 
 
 def msg(mid, at, key=None, txn=None, address="orders.eu"):
@@ -207,3 +208,14 @@ def test_time_and_apama_batches_pass_and_a_narrower_declared_window_fails(spark,
     window = next(e for e in result.expectations if e.suite == "key_window" and e.kwargs.get("column") == WINDOW[2])
     assert [r["message_id"] for r in window.sample_rows] == ["p3"]
     assert "delivered again 11.000000 s" in window.sample_rows[0]["duplicate_within_window"]
+
+    # Declaring a smaller per-sender window than the engine applied: the Apama snapshot of the next
+    # batch holds two keys of the sender without source_id, and the gate says so.
+    manifest_path = warehouse / "runs" / f"{H6}.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["caches"]["orders.eu"]["per_source_window"] = 1
+    manifest_path.write_text(json.dumps(manifest))
+    result = run_gate(spark, str(warehouse), H6)
+    assert failed(result) == {SNAPSHOT}
+    problem = next(e for e in result.expectations if e.suite == "id_cache" and e.kwargs.get("column") == SNAPSHOT[2])
+    assert "Apama cache orders.eu holds 2 keys of sender" in problem.sample_rows[0]["snapshot_problem"]

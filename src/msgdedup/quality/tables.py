@@ -36,11 +36,14 @@ def cache_sizes(spark: SparkSession, manifest: Mapping) -> DataFrame:
     time caches without a cap); manifests before policies existed are all ``count``."""
     rows = [
         (name, info.get("policy", "count"), _int_or_none(info.get("id_cache_size")),
-         _int_or_none(info.get("duplicate_window_us")), int(info.get("entries", 0)))
+         _int_or_none(info.get("duplicate_window_us")), _int_or_none(info.get("per_source_window")),
+         None if info.get("expiry_seconds") is None else int(info["expiry_seconds"]) * 1_000_000,
+         int(info.get("entries", 0)))
         for name, info in sorted((manifest.get("caches") or {}).items())
     ]
     return spark.createDataFrame(
-        rows, "cache string, policy string, id_cache_size long, duplicate_window_us long, manifest_entries long")
+        rows, "cache string, policy string, id_cache_size long, duplicate_window_us long, per_source_window long, "
+              "expiry_us long, manifest_entries long")
 
 
 def repeated_message_ids(delivered: DataFrame, dropped: DataFrame) -> DataFrame:
@@ -350,13 +353,16 @@ def id_cache_occupancy(id_cache: DataFrame, sizes: DataFrame) -> DataFrame:
 
     A snapshot larger than the cache would make the next batch see keys that Artemis had
     already forgotten (false duplicates); a key twice in one cache would mean the cache
-    accepted a key it held; a cache missing from the manifest has no declared size.
+    accepted a key it held; a cache missing from the manifest has no declared size. An Apama
+    cache's sender queues hold at most ``per_source_window`` keys each and its shared queue spans
+    at most ``expiry_seconds`` (§8.5).
 
     Two plain aggregations rather than countDistinct (the same shuffle, less work per row);
     the manifest's caches join the second one as rows of their own, which gives a full outer
     join's rows without another shuffle.
     """
     per_key = id_cache.groupBy("cache", "dedup_key").agg(F.count(F.lit(1)).alias("_held"))
+    queues = _apama_queues(id_cache)
     declared = sizes.select("cache", F.lit(None).cast("string").alias("dedup_key"),
                             F.lit(None).cast("long").alias("_held"), "policy", "id_cache_size", "manifest_entries",
                             F.lit(True).alias("_declared"))
@@ -371,8 +377,16 @@ def id_cache_occupancy(id_cache: DataFrame, sizes: DataFrame) -> DataFrame:
         F.count(F.when(~F.col("_declared"), F.col("dedup_key"))).cast("long").alias("distinct_keys"),
         F.coalesce(F.max("manifest_entries"), F.lit(0)).cast("long").alias("manifest_entries"),
     )
+    table = (table.join(queues, "cache", "left")
+             .join(sizes.select("cache", "per_source_window", "expiry_us"), "cache", "left"))
     problems = F.concat_ws(
         "; ",
+        F.when(F.col("_longest_sender") > F.col("per_source_window"),
+               F.format_string("Apama cache %s holds %d keys of sender %s, its per_source_window is %d", "cache",
+                               "_longest_sender", "_sender", "per_source_window")),
+        F.when(F.col("_shared_span_us") > F.col("expiry_us"),
+               F.format_string("Apama cache %s's shared queue spans %.6f s, its expiry_seconds is %d", "cache",
+                               F.col("_shared_span_us") / 1e6, (F.col("expiry_us") / 1_000_000).cast("long"))),
         F.when(F.col("policy").isNull(), F.format_string("cache %s is not declared in the manifest", "cache")),
         F.when(F.col("entries") != F.col("distinct_keys"),
                F.format_string("cache %s holds %d keys more than once", "cache",
@@ -381,7 +395,23 @@ def id_cache_occupancy(id_cache: DataFrame, sizes: DataFrame) -> DataFrame:
                F.format_string("cache %s has %d entries, the manifest says %d",
                                "cache", "entries", "manifest_entries")),
     )
-    return table.withColumn("snapshot_problem", F.when(problems != "", problems))
+    return (table.withColumn("snapshot_problem", F.when(problems != "", problems))
+            .drop("_longest_sender", "_sender", "_shared_span_us", "per_source_window", "expiry_us"))
+
+
+def _apama_queues(id_cache: DataFrame) -> DataFrame:
+    """Per Apama cache (§8.2): its longest sender queue (``_longest_sender``, ``_sender``) and how
+    far apart the instants of its shared queue are (``_shared_span_us``). Few rows: Apama entries
+    are bounded by their windows."""
+    if "queue" not in id_cache.columns:  # a snapshot from before policies existed
+        return id_cache.sparkSession.createDataFrame(
+            [], "cache string, _longest_sender long, _sender string, _shared_span_us long")
+    senders = (id_cache.where(F.col("queue") == "sender").groupBy("cache", "source_id").count()
+               .groupBy("cache").agg(F.max_by("source_id", "count").alias("_sender"),
+                                     F.max("count").alias("_longest_sender")))
+    shared = (id_cache.where(F.col("queue") == "shared").groupBy("cache")
+              .agg((F.max("received_at_us") - F.min("received_at_us")).alias("_shared_span_us")))
+    return senders.join(shared, "cache", "full")
 
 
 def _int_or_none(value) -> int | None:
