@@ -48,8 +48,11 @@ DEFAULT_EXPIRY_SECONDS = 120
 DEFAULT_DUPLICATE_WINDOW_US = 120 * 1_000_000
 """NATS JetStream's default ``duplicate_window`` (2 minutes), in microseconds like received_at."""
 AUDIT_HORIZON_MULTIPLE = 4
-"""docs/semantics.md §9: a count cache remembers keys that left its window for this many times its
-size in acceptances (the window-miss audit's horizon)."""
+"""docs/semantics.md §9: by default a cache remembers the keys that left its window for this many
+times its window (acceptances for ``count``, time for ``time``): the window-miss audit's horizon.
+``window_audit: {horizon: N}`` sets it; 0 turns the audit off."""
+MAX_AUDIT_HORIZON = 1000
+"""A horizon is a multiple of the window; beyond this the record is the whole history, not a window."""
 AUDIT_COVERAGE = 0.99
 """§9: the recommended ``id_cache_size`` holds this share of a cache's window misses."""
 MAX_WINDOW_SECONDS = 10000 * 366 * 86400
@@ -65,7 +68,8 @@ POLICY_KEYS = {
 }
 COMMON_KEYS = {"policy", "domain"}
 ENTRY_KEYS = COMMON_KEYS | set().union(*POLICY_KEYS.values())
-TOP_LEVEL_KEYS = {"address_settings"}
+TOP_LEVEL_KEYS = {"address_settings", "window_audit"}
+AUDIT_KEYS = {"horizon"}
 BRIDGE_PREFIX = "BRIDGE."
 
 
@@ -229,9 +233,13 @@ def specificity(pattern: str) -> tuple:
 
 @dataclass(frozen=True)
 class AddressSettings:
-    """The validated address settings; ``setting_for(address)`` is all the engine asks."""
+    """The validated address settings; ``setting_for(address)`` is all the engine asks.
+
+    ``audit_horizon`` is the window-miss audit's horizon (§9), in multiples of each window; 0 turns
+    the audit off. It never changes an outcome, so it is not part of ``fingerprint()``."""
 
     entries: Mapping[str, AddressSetting] = field(default_factory=dict)
+    audit_horizon: int = AUDIT_HORIZON_MULTIPLE
 
     def __post_init__(self) -> None:
         ordered = sorted(self.entries, key=specificity)
@@ -293,7 +301,7 @@ class AddressSettings:
 
     # Settings travel to Spark's Python workers inside closures: keep pickling to the data.
     def __reduce__(self):
-        return (AddressSettings, (dict(self.entries),))
+        return (AddressSettings, (dict(self.entries), self.audit_horizon))
 
 
 def _reject_unknown_keys(mapping: dict, allowed: set[str], where: str) -> None:
@@ -310,7 +318,8 @@ def parse_settings(document: Any, source: str = "config") -> AddressSettings:
     if document is None:
         return AddressSettings()
     if not isinstance(document, dict):
-        raise ConfigError(f"{source}: the top level must be a mapping with 'address_settings'")
+        raise ConfigError(f"{source}: the top level must be a mapping with 'address_settings' "
+                          f"(and optionally 'window_audit')")
     _reject_unknown_keys(document, TOP_LEVEL_KEYS, source)
     raw_entries = document.get("address_settings") or {}
     if not isinstance(raw_entries, dict):
@@ -323,7 +332,21 @@ def parse_settings(document: Any, source: str = "config") -> AddressSettings:
             raise ConfigError(f"{where} must be a mapping like {{id_cache_size: 20000}}")
         entries[pattern] = _parse_entry(body, where)
     _check_domains(entries, source)
-    return AddressSettings(entries)
+    return AddressSettings(entries, _parse_audit(document.get("window_audit"), source))
+
+
+def _parse_audit(body: Any, source: str) -> int:
+    """``window_audit: {horizon: N}``: how many windows' worth of left keys a cache remembers."""
+    where = f"{source}: window_audit"
+    if body is None:
+        return AUDIT_HORIZON_MULTIPLE
+    if not isinstance(body, dict):
+        raise ConfigError(f"{where} must be a mapping like {{horizon: {AUDIT_HORIZON_MULTIPLE}}}")
+    _reject_unknown_keys(body, AUDIT_KEYS, where)
+    horizon = _whole_number(body, "horizon", AUDIT_HORIZON_MULTIPLE, where, "0 turns the audit off")
+    if horizon > MAX_AUDIT_HORIZON:
+        raise ConfigError(f"{where}: horizon must be at most {MAX_AUDIT_HORIZON} windows, got {horizon}")
+    return horizon
 
 
 def _whole_number(body: dict, key: str, default: int | None, where: str, meaning: str) -> int | None:

@@ -74,18 +74,24 @@ class Cache:
             self.left.append(self.entries.popleft())
         return self.last_seq
 
-    def find_left(self, key: str) -> CacheEntry | None:
+    def find_left(self, key: str, at: int | None = None) -> CacheEntry | None:
         """§9: the latest entry of ``key`` that left the window, if the cache still remembers one."""
-        for entry in reversed(self.left):
-            if entry.key == key:
-                return entry
-        return None
+        return _latest(self.left, key)
 
-    def forget(self) -> None:
-        """§9, at the end of a batch: entries more than size × (1 + horizon multiple) acceptances
-        old are forgotten."""
-        horizon = self.size * (1 + AUDIT_HORIZON_MULTIPLE)
-        while self.left and self.left[0].seq <= self.last_seq - horizon:
+    def miss(self, entry: CacheEntry, counter_before: int, at: int) -> tuple[int, int]:
+        """§9: (needed, missed_by) in acceptances: the window that would have held ``entry`` at
+        the lookup of a unit that found the counter at ``counter_before``."""
+        needed = counter_before - entry.seq + 1
+        return needed, needed - self.size
+
+    def reach(self, horizon: int) -> int:
+        """§9: how far back, in acceptances, the cache remembers keys that left: its window and
+        ``horizon`` windows more."""
+        return self.size * (1 + horizon)
+
+    def forget(self, horizon: int) -> None:
+        """§9, at the end of a batch: entries beyond the reach are forgotten."""
+        while self.left and self.left[0].seq <= self.last_seq - self.reach(horizon):
             self.left.popleft()
 
     def on_duplicate(self, entry: CacheEntry, source: str | None, at: int) -> None:
@@ -114,6 +120,13 @@ class Cache:
         return [(entry, {}) for entry in self.entries]
 
 
+def _latest(entries, key: str) -> CacheEntry | None:
+    for entry in reversed(entries):
+        if entry.key == key:
+            return entry
+    return None
+
+
 def _later(at: int, clock: int | None) -> int:
     """§8.4: a cache's time never goes back; a unit older than the cache's newest key happens,
     for that cache, at the time of that newest key."""
@@ -131,6 +144,8 @@ class TimeCache:
     last_seq: int = 0
     clock: int | None = None
     entries: deque = field(default_factory=deque)
+    left: deque = field(default_factory=deque)
+    """§9: the entries that expired or that the cap evicted, oldest first (audit only)."""
 
     def find(self, key: str, at: int) -> CacheEntry | None:
         now = _later(at, self.clock)
@@ -152,9 +167,34 @@ class TimeCache:
 
     def _expire(self) -> None:
         while self.entries and self.clock - self.entries[0].instant > self.window_us:
-            self.entries.popleft()
+            self.left.append(self.entries.popleft())
         while self.cap is not None and len(self.entries) > self.cap:
-            self.entries.popleft()
+            self.left.append(self.entries.popleft())
+
+    def find_left(self, key: str, at: int) -> CacheEntry | None:
+        """§9: the latest entry of ``key`` no longer in the window at ``at``: one that left, or
+        one still queued that has expired by then (entries leave the queue only on an acceptance)."""
+        now = _later(at, self.clock)
+        queued = _latest(self.entries, key)
+        if queued is not None:
+            return queued if now - queued.instant > self.window_us else None
+        return _latest(self.left, key)
+
+    def miss(self, entry: CacheEntry, counter_before: int, at: int) -> tuple[int, int]:
+        """§9: (needed, missed_by) in microseconds: the window that would have held ``entry`` at
+        the unit's time. A key the cap evicted needs no longer window: missed_by <= 0."""
+        needed = _later(at, self.clock) - entry.instant
+        return needed, needed - self.window_us
+
+    def reach(self, horizon: int) -> int:
+        """§9: how far back, in microseconds, the cache remembers keys that left."""
+        return self.window_us * (1 + horizon)
+
+    def forget(self, horizon: int) -> None:
+        """§9, at the end of a batch: keys that entered more than the reach before the cache's
+        time are forgotten (instants never decrease along the record)."""
+        while self.left and self.clock - self.left[0].instant > self.reach(horizon):
+            self.left.popleft()
 
     def fits(self, setting: AddressSetting) -> bool:
         return setting.policy == TIME and (setting.duplicate_window_us, setting.id_cache_size) == (
@@ -165,7 +205,7 @@ class TimeCache:
         if setting.policy != TIME:
             return _new_cache(setting, self.last_seq, self.clock)
         cache = TimeCache(setting.duplicate_window_us, setting.id_cache_size, self.last_seq, self.clock,
-                          deque(self.entries))
+                          deque(self.entries), deque(self.left))
         cache._expire()
         return cache
 
@@ -313,6 +353,8 @@ class BatchResult:
     started_from: tuple = ()
     window_misses: list[dict] = field(default_factory=list)
     """§9: delivered messages a bigger window would have dropped, with ``needed`` and ``missed_by``."""
+    audit_horizon: int = AUDIT_HORIZON_MULTIPLE
+    """§9: the audit's horizon in windows; 0: the audit was off for this batch."""
 
     def snapshot_entries(self) -> list[dict]:
         """Every cache's entries; time and Apama caches add what their policy needs (§8.5)."""
@@ -427,16 +469,21 @@ def _run(batch_id, parent, lines, settings, caches) -> BatchResult:
     delivered: list[dict] = []
     dropped: list[dict] = []
     misses: list[dict] = []
+    horizon = settings.audit_horizon
     for unit in _units(messages):
         for checked in unit:
             if checked.cache is not None:
                 _prepare_cache(caches, checked.cache, settings.setting_for(checked.message.address))
-        _process_unit(unit, caches, batch_id, delivered, dropped, misses)
+        _process_unit(unit, caches, batch_id, delivered, dropped, misses if horizon else None, horizon)
     for cache in caches.values():
-        if isinstance(cache, Cache):
-            cache.forget()
+        if _audited(cache):
+            if horizon:
+                cache.forget(horizon)
+            else:
+                cache.left.clear()  # §9: with the audit off nothing is remembered
 
-    return BatchResult(batch_id, parent, delivered, dropped, quarantined, caches, window_misses=misses)
+    return BatchResult(batch_id, parent, delivered, dropped, quarantined, caches, window_misses=misses,
+                       audit_horizon=horizon)
 
 
 def _cache_and_key(message: Message, settings: AddressSettings) -> tuple[str | None, str | None]:
@@ -473,7 +520,7 @@ def _units(messages: list[Checked]) -> list[list[Checked]]:
     return [members for _, members in positioned]
 
 
-def _process_unit(unit, caches, batch_id, delivered, dropped, misses) -> None:
+def _process_unit(unit, caches, batch_id, delivered, dropped, misses, horizon) -> None:
     """§4, one unit: look up against the caches as they stand before the unit.
 
     §8: the unit happens at its commit point, the ``received_at`` of its last message: time and
@@ -516,8 +563,8 @@ def _process_unit(unit, caches, batch_id, delivered, dropped, misses) -> None:
         if i in repeats:
             dropped.append(_dropped(checked, DUPLICATE, repeats[i].message.message_id))
             continue
-        if checked.cache is not None:
-            _audit(checked, caches[checked.cache], before[checked.cache], misses)
+        if checked.cache is not None and misses is not None:
+            _audit(checked, caches[checked.cache], before[checked.cache], at, horizon, misses)
         seq = None
         if checked.cache is not None:
             seq = caches[checked.cache].accept(
@@ -526,35 +573,46 @@ def _process_unit(unit, caches, batch_id, delivered, dropped, misses) -> None:
         delivered.append({**_identity(checked), "cache_seq": seq})
 
 
-def _audit(checked: Checked, cache, counter_before: int, misses: list[dict]) -> None:
+def _audited(cache) -> bool:
+    """§9: count and time windows are audited; an Apama id leaves by the sender's count and then
+    by time, so no single window size would have caught it."""
+    return isinstance(cache, (Cache, TimeCache))
+
+
+def _audit(checked: Checked, cache, counter_before: int, at: int, horizon: int, misses: list[dict]) -> None:
     """§9: a delivered key the cache remembers as having left its window is a window miss."""
-    if not isinstance(cache, Cache):
+    if not _audited(cache):
         return
-    entry = cache.find_left(checked.key)
+    entry = cache.find_left(checked.key, at)
     if entry is None:
         return
-    needed = counter_before - entry.seq + 1
-    if needed <= cache.size * (1 + AUDIT_HORIZON_MULTIPLE):
+    needed, missed_by = cache.miss(entry, counter_before, at)
+    if needed <= cache.reach(horizon):
         misses.append({**_identity(checked), "previous_message_id": entry.message_id,
-                       "previous_batch_id": entry.batch_id, "needed": needed,
-                       "missed_by": needed - cache.size})
+                       "previous_batch_id": entry.batch_id, "needed": needed, "missed_by": missed_by})
 
 
 def window_audit(result: BatchResult) -> dict[str, dict]:
-    """§9, per cache with a count window: its misses, the largest ``missed_by`` and the
-    recommended ``id_cache_size`` (the smallest window holding AUDIT_COVERAGE of the misses)."""
+    """§9, per audited cache: its misses, the largest ``missed_by`` and the recommended window
+    (the smallest holding AUDIT_COVERAGE of the misses' ``needed``); in acceptances for a count
+    window, in microseconds for a time window. Empty when the audit was off."""
     audit = {}
+    if not result.audit_horizon:
+        return audit
     for name, cache in sorted(result.caches.items()):
-        if not isinstance(cache, Cache):
+        if not _audited(cache):
             continue
         needed = sorted(m["needed"] for m in result.window_misses if m["cache"] == name)
         rank = -(-len(needed) * AUDIT_COVERAGE // 1)  # nearest rank: ceil(coverage × n)
-        audit[name] = {
-            "misses": len(needed),
-            "max_missed_by": max((m["missed_by"] for m in result.window_misses if m["cache"] == name), default=0),
-            "id_cache_size": cache.size,
-            "recommended_id_cache_size": max(cache.size, needed[int(rank) - 1]) if needed else cache.size,
-        }
+        window = cache.size if isinstance(cache, Cache) else cache.window_us
+        recommended = max(window, needed[int(rank) - 1]) if needed else window
+        max_missed_by = max((m["missed_by"] for m in result.window_misses if m["cache"] == name), default=0)
+        if isinstance(cache, Cache):
+            audit[name] = {"misses": len(needed), "max_missed_by": max_missed_by, "id_cache_size": window,
+                           "recommended_id_cache_size": recommended}
+        else:
+            audit[name] = {"misses": len(needed), "max_missed_by_us": max_missed_by, "duplicate_window_us": window,
+                           "recommended_duplicate_window_us": recommended}
     return audit
 
 

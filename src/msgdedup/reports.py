@@ -8,15 +8,19 @@ Everything is read from the warehouse (docs/architecture.md), never from Airflow
   ``quarantine/batch_id=<ID>/*.parquet`` (at most ``max_rows`` rows are read);
 - the GX gate summary ``quality/<ID>/result.json`` and links into the Data Docs site under
   ``quality/data_docs/``;
-- the publish state (``published/<ID>.json``) and staleness (``runs/<ID>.stale.json``).
+- the publish state (``published/<ID>.json``) and staleness (``runs/<ID>.stale.json``);
+- the window-miss audit (docs/semantics.md §9) and its horizon; ``audit_finding`` turns one
+  cache's audit report into what a reviewer reads, for every page that shows it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Callable, Iterable
 
 from msgdedup import json_files, layout
+from msgdedup.config import AUDIT_HORIZON_MULTIPLE, COUNT, TIME
 from msgdedup.layout import validate_batch_id
 from msgdedup.engine.windows import window_text
 
@@ -105,6 +109,80 @@ def data_docs_relpath(warehouse: str | Path, page: str | None) -> str | None:
     return str(rel)
 
 
+def audit_horizon(manifest: dict[str, Any] | None) -> int:
+    """The audit's horizon in windows as the batch was run with (0: the audit was off); manifests
+    written before it was configurable ran with the default."""
+    horizon = (((manifest or {}).get("config") or {}).get("window_audit") or {}).get("horizon")
+    return AUDIT_HORIZON_MULTIPLE if horizon is None else horizon
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _seconds_text(us: int) -> str:
+    """Microseconds as seconds, exactly (``605 s``, ``1.5 s``, ``0.000001 s``): a rounded value
+    could hide the microsecond by which a resend missed a time window."""
+    whole, fraction = divmod(abs(us), 1_000_000)
+    sign = "-" if us < 0 else ""
+    return f"{sign}{whole}" + (f".{fraction:06d}".rstrip("0") if fraction else "") + " s"
+
+
+@dataclass(frozen=True)
+class _AuditUnits:
+    """Where a policy's audit report keeps its numbers, and how a reviewer reads them."""
+
+    setting: str
+    window_key: str
+    recommended_key: str
+    missed_by_key: str
+    value_text: Callable[[int], str]
+    past_text: Callable[[int], str]
+    within_text: str
+
+
+_AUDIT_UNITS = {
+    COUNT: _AuditUnits("id_cache_size", "id_cache_size", "recommended_id_cache_size", "max_missed_by",
+                       str, lambda n: f"{_plural(n, 'acceptance')} past the window",
+                       "inside the window as it is now (it grew since)"),
+    TIME: _AuditUnits("duplicate_window", "duplicate_window_us", "recommended_duplicate_window_us", "max_missed_by_us",
+                      _seconds_text, lambda us: f"{_seconds_text(us)} past the window",
+                      "inside the window as it is now (it grew since, or the id_cache_size cap evicted the key)"),
+}
+
+
+def audit_finding(report: dict[str, Any]) -> dict[str, Any]:
+    """One cache's window-miss audit report (§9; ``count`` in acceptances, ``time`` in
+    microseconds, reports without a policy are ``count``) as a reviewer reads it: the setting to
+    change, its current and recommended value as text, the largest miss as text, and whether the
+    window is too small. The only place that knows each policy's keys and units, so that every
+    page says the same. ``window_value``/``recommended_value`` stay in the policy's unit, for
+    comparing findings of one setting (``largest_finding``)."""
+    units = _AUDIT_UNITS[report.get("policy", COUNT)]
+    window, recommended = report[units.window_key], report[units.recommended_key]
+    missed_by = report.get(units.missed_by_key, 0)
+    if not report.get("misses"):
+        largest = "none"
+    else:
+        largest = units.past_text(missed_by) if missed_by > 0 else units.within_text
+    return {"setting": units.setting, "current": units.value_text(window), "largest_miss": largest,
+            "recommended": units.value_text(recommended), "too_small": recommended > window,
+            "window_value": window, "recommended_value": recommended}
+
+
+def largest_finding(findings: Iterable[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """Over several batches (oldest first), the largest recommendation for the newest batch's
+    setting (a cache whose policy changed recommended in other units before), too small when it
+    exceeds the newest window: a window raised since is no longer flagged."""
+    found = [f for f in findings if f]
+    if not found:
+        return None
+    newest = found[-1]
+    best = max((f for f in found if f["setting"] == newest["setting"]), key=lambda f: f["recommended_value"])
+    return {**best, "current": newest["current"], "window_value": newest["window_value"],
+            "too_small": best["recommended_value"] > newest["window_value"]}
+
+
 def batch_report(warehouse: str | Path, batch_id: str, max_rows: int = DEFAULT_MAX_ROWS) -> dict[str, Any]:
     """Everything the view shows about one batch (raises ValueError for a bad batch id)."""
     validate_batch_id(batch_id)
@@ -165,7 +243,9 @@ def batch_report(warehouse: str | Path, batch_id: str, max_rows: int = DEFAULT_M
             "data_docs": data_docs_relpath(root, gate.get("data_docs_path")),
         },
         "data_docs_index": "index.html" if docs_index.is_file() else None,
-        # The window-miss audit (issue 12 item 3) once the engine writes it into the manifest.
+        # The window-miss audit (§9): None for batches committed before the engine kept it; {} when
+        # the horizon is 0 (the audit was off).
         "window_audit": (manifest or {}).get("window_audit"),
+        "audit_horizon": audit_horizon(manifest),
         "published": json_files.read_object_or_none(Path(layout.published(root, batch_id))),
     }

@@ -106,7 +106,86 @@ def test_batch_page_shows_the_window_miss_audit(tmp_path):
     assert audit.index("&lt;i&gt;x&lt;/i&gt;") < audit.index("orders.eu")  # the most misses first
     assert "<i>x</i>" not in audit and "payments.eu" not in audit  # escaped; no misses, not listed
     assert "<tr class='unpublished'><td><code>orders.eu</code></td>" in audit and "<b>60</b>" in audit
+    assert "40 acceptances past the window" in audit and "<td><code>id_cache_size</code></td><td>20</td>" in audit
+    assert "looks back 5 windows per cache" in audit  # no config.window_audit: the default horizon 4
     manifest["window_audit"] = {"orders.eu": {**manifest["window_audit"]["payments.eu"], "address": "orders.eu"}}
     (wh / "runs" / f"{BATCH}.json").write_text(json.dumps(manifest))
     html = render_batch(reports.batch_report(wh, BATCH)).body.decode()
     assert "every window was big enough for this batch" in html
+
+
+def _with_audit(wh, window_audit, config=None):
+    manifest = json.loads((wh / "runs" / f"{BATCH}.json").read_text())
+    manifest["window_audit"] = window_audit
+    if config is not None:
+        manifest["config"] = config
+    (wh / "runs" / f"{BATCH}.json").write_text(json.dumps(manifest))
+    html = render_batch(reports.batch_report(wh, BATCH)).body.decode()
+    return html[html.index("Window-miss audit"):html.index("Dedup report")]
+
+
+TIME_AUDIT = {"address": "payments.eu", "policy": "time", "misses": 2, "max_missed_by_us": 5_000_000,
+              "duplicate_window_us": 600_000_000, "recommended_duplicate_window_us": 605_500_000}
+
+
+def test_time_window_findings_are_in_seconds_beside_count_ones(tmp_path):
+    """§9: a time cache's audit names duplicate_window and speaks seconds; both policies in one table."""
+    wh = _warehouse(tmp_path)
+    audit = _with_audit(wh, {
+        "payments.eu": TIME_AUDIT,
+        "orders.eu": {"address": "orders.eu", "policy": "count", "misses": 1, "max_missed_by": 1,
+                      "id_cache_size": 20, "recommended_id_cache_size": 21},
+        "capped": {"address": "capped", "policy": "time", "misses": 1, "max_missed_by_us": -250_000,
+                   "duplicate_window_us": 1_500_000, "recommended_duplicate_window_us": 1_500_000},
+    }, config={"window_audit": {"horizon": 2}})
+    assert "4 message(s) were delivered" in audit and "looks back 3 windows per cache" in audit
+    assert ("<tr class='unpublished'><td><code>payments.eu</code></td><td>payments.eu</td><td>2</td>"
+            "<td>5 s past the window</td><td><code>duplicate_window</code></td><td>600 s</td>"
+            "<td><b>605.5 s</b></td></tr>") in audit
+    assert ("<td>1 acceptance past the window</td><td><code>id_cache_size</code></td><td>20</td>"
+            "<td><b>21</b></td>") in audit
+    # evicted by the cap inside the window: nothing to raise, so not flagged
+    assert ("<tr class=''><td><code>capped</code></td><td>capped</td><td>1</td><td>inside the window as it is now "
+            "(it grew since, or the id_cache_size cap evicted the key)</td><td><code>duplicate_window</code></td>"
+            "<td>1.5 s</td><td>1.5 s</td></tr>") in audit
+    assert "5x" not in audit
+
+
+def test_horizon_zero_says_the_audit_was_off(tmp_path):
+    wh = _warehouse(tmp_path)
+    audit = _with_audit(wh, {}, config={"window_audit": {"horizon": 0}})
+    assert "The window-miss audit is off for this batch (window_audit: horizon: 0 in the config)" in audit
+    assert "big enough" not in audit and "Not recorded" not in audit
+    assert reports.batch_report(wh, BATCH)["audit_horizon"] == 0
+    audit = _with_audit(wh, {}, config={"window_audit": {"horizon": 7}})
+    assert "every window was big enough" in audit and "looks back 8 windows per cache" in audit
+
+
+def test_audit_finding_reads_either_policy():
+    """The one place that knows each policy's keys and units; a report without a policy is count."""
+    count = reports.audit_finding({"misses": 3, "max_missed_by": 5, "id_cache_size": 50,
+                                   "recommended_id_cache_size": 55})
+    assert count == {"setting": "id_cache_size", "current": "50", "largest_miss": "5 acceptances past the window",
+                     "recommended": "55", "too_small": True, "window_value": 50, "recommended_value": 55}
+    time = reports.audit_finding({**TIME_AUDIT, "recommended_duplicate_window_us": 600_000_001})
+    assert (time["setting"], time["current"], time["recommended"]) == ("duplicate_window", "600 s", "600.000001 s")
+    assert time["too_small"] and time["largest_miss"] == "5 s past the window"
+    assert reports.audit_finding({**TIME_AUDIT, "misses": 0, "max_missed_by_us": 0})["largest_miss"] == "none"
+
+
+def test_demo_summary_names_the_setting_of_either_policy(tmp_path):
+    """The demo's closing lines: duplicate_window in seconds for a time cache, id_cache_size for a count one."""
+    from msgdedup.orchestration.demo import summary
+
+    wh = _warehouse(tmp_path)
+    _with_audit(wh, {"payments.eu": TIME_AUDIT,
+                     "orders.eu": {"address": "orders.eu", "misses": 3, "max_missed_by": 40, "id_cache_size": 20,
+                                   "recommended_id_cache_size": 60}})
+    lines = summary(wh, [BATCH], {})
+    assert lines[-2].startswith("Window-miss audit: 3 resend(s) on orders.eu got through because its window "
+                                "(id_cache_size 20) was too small; recommended id_cache_size: 60")
+    assert lines[-1].startswith("Window-miss audit: 2 resend(s) on payments.eu got through because its window "
+                                "(duplicate_window 600 s) was too small; recommended duplicate_window: 605.5 s")
+    _with_audit(wh, {}, config={"window_audit": {"horizon": 0}})
+    *_, row = summary(wh, [BATCH], {})  # the audit was off: no misses counted, no closing line
+    assert row.startswith(BATCH) and row.split()[6] == "-"

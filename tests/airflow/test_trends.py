@@ -130,10 +130,48 @@ def test_window_misses_per_batch_and_per_cache(tmp_path):
     t = trends.trends(root)
     assert [p["window_misses"] for p in t["points"]] == [None, None, None, None, 2, 3]
     caches = {c["cache"]: c for c in t["caches"]}
-    assert caches["orders.eu"]["window_misses"] == 5 and caches["orders.eu"]["recommended_id_cache_size"] == 150
+    assert caches["orders.eu"]["window_misses"] == 5 and caches["orders.eu"]["recommended"] == "150"
+    assert caches["orders.eu"]["too_small"]
     assert caches["BRIDGE.orders.us"]["window_misses"] == 0
-    assert caches["BRIDGE.orders.us"]["recommended_id_cache_size"] == 1000
+    assert caches["BRIDGE.orders.us"]["recommended"] == "1000" and not caches["BRIDGE.orders.us"]["too_small"]
     only_us = trends.trends(root, TrendFilter(address="orders.us"))
     assert [p["window_misses"] for p in only_us["points"]][-2:] == [0, 0]
     html = render_index(t, root).body.decode()
     assert "id='trend-window-misses'" in html and "<b>150</b>" in html and "<b class='stale'>5</b>" in html
+    assert "recommended window" in html and "recommended id_cache_size" not in html
+
+
+def _time_audits(root, newest_window_us, newest_recommended_us):
+    """payments.eu, a 600 s time window in HOURS[3:5] (misses recommending 603.25 s and 604.25 s),
+    then ``newest_window_us`` in HOURS[5]."""
+    for i, b in enumerate(HOURS[3:], start=3):
+        window_us = 600_000_000 if i < 5 else newest_window_us
+        recommended = (600 + i) * 1_000_000 + 250_000 if i < 5 else newest_recommended_us
+        path = root / "runs" / (f"{b}.stale.json" if i == 3 else f"{b}.json")
+        m = json.loads(path.read_text())
+        m["caches"]["payments.eu"] = {"address": "payments.eu", "policy": "time", "id_cache_size": None,
+                                      "duplicate_window_us": window_us, "entries": 5, "last_seq": 9}
+        m["window_audit"] = {"payments.eu": {"address": "payments.eu", "policy": "time", "misses": 1,
+                                             "max_missed_by_us": i * 1_000_000, "duplicate_window_us": window_us,
+                                             "recommended_duplicate_window_us": recommended}}
+        path.write_text(json.dumps(m))
+    return root
+
+
+def test_time_window_recommendation_per_cache(tmp_path):
+    """§9: a time cache's recommended duplicate_window, the largest over the batches shown, in
+    seconds; flagged only while it is bigger than the newest window."""
+    root = _time_audits(trend_warehouse(tmp_path), 900_000_000, 905_250_000)
+    t = trends.trends(root)
+    newest = t["points"][-1]["caches"]["payments.eu"]
+    assert newest["recommended"] == "905.25 s" and newest["too_small"] and t["points"][-1]["window_misses"] == 1
+    payments = {c["cache"]: c for c in t["caches"]}["payments.eu"]
+    assert payments["window_misses"] == 3 and payments["recommended"] == "905.25 s" and payments["too_small"]
+    assert "<b>905.25 s</b>" in render_index(t, root).body.decode()
+    # raised to the 604.25 s HOURS[4] recommended: still the largest, but no longer too small
+    root = _time_audits(trend_warehouse(tmp_path / "raised"), 604_250_000, 604_250_000)
+    t = trends.trends(root)
+    payments = {c["cache"]: c for c in t["caches"]}["payments.eu"]
+    assert payments["recommended"] == "604.25 s" and not payments["too_small"]
+    html = render_index(t, root).body.decode()
+    assert "<td>604.25 s</td>" in html and "<b>604.25 s</b>" not in html

@@ -196,9 +196,14 @@ def test_execute_wires_scenarios_history_airflow_and_targets(tmp_path, monkeypat
     results = bench.execute()
     assert [s["name"] for s in results["scenarios"]] == [
         "300, 200 addresses, cache 20K", "300, hot address 50%, cache 20K", "300, 200 addresses, cache 1M",
-        "300, 200 addresses, time window PT2M", "300, 200 addresses, apama 2000 per sender, 120 s"]
-    base, hot, big, timed, apama = results["scenarios"]
+        "300, 200 addresses, time window PT2M", "300, 200 addresses, apama 2000 per sender, 120 s",
+        "300, 200 addresses, cache 20K, window-miss audit off"]
+    base, hot, big, timed, apama, audit_off = results["scenarios"]
     assert timed["runs"]["ours"]["x_count_window"] == apama["runs"]["ours"]["x_count_window"] == 1.0
+    assert audit_off["runs"]["ours"]["audit_on_over_off"] == 1.0
+    assert "window_audit:\n  horizon: 0" in (tmp_path / "work" / "configs" / "count-20000-audit-off.yaml").read_text()
+    assert any(t["target"].endswith("ours with the audit on ≤ 1.1× off") and t["met"]
+               for t in report.targets(results))
     config = (tmp_path / "work" / "configs" / "apama-20000.yaml").read_text()
     assert "policy: apama, per_source_window: 2000, expiry_seconds: 120" in config
     assert base["runs"]["ours"]["x_copy"] == 1.3

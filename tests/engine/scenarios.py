@@ -16,7 +16,8 @@ ADDRESSES = ["a", "b", "orders.eu", "orders.us"]
 KEYS = ["k0", "k1", "k2", "k3", "k4", "7"]
 CONFIGS = [
     {"address_settings": {"#": {"id_cache_size": 3}}},
-    {"address_settings": {"#": {"id_cache_size": 2}, "orders.*": {"id_cache_size": 4}}},
+    {"address_settings": {"#": {"id_cache_size": 2}, "orders.*": {"id_cache_size": 4}},
+     "window_audit": {"horizon": 1}},
     {"address_settings": {"#": {"id_cache_size": 1}, "a": {"id_cache_size": 0}}},
     {"address_settings": {"#": {"id_cache_size": 5}, "orders.#": {"id_cache_size": 1}}},
 ]
@@ -24,12 +25,14 @@ COUNT_CONFIGS = range(len(CONFIGS))
 CONFIGS += [
     # §8: domains, time windows and Apama queues, mixed (times in a batch span 0-6 s)
     {"address_settings": {"#": {"policy": "time", "duplicate_window": 2, "id_cache_size": 3},
-                          "orders.*": {"domain": "orders", "id_cache_size": 2}}},
+                          "orders.*": {"domain": "orders", "id_cache_size": 2}},
+     "window_audit": {"horizon": 2}},
     {"address_settings": {"#": {"policy": "apama", "per_source_window": 2, "expiry_seconds": 3},
                           "orders.*": {"policy": "time", "duplicate_window": 4, "domain": "orders"}}},
     {"address_settings": {"#": {"id_cache_size": 3}, "b": {"policy": "time", "duplicate_window": 1},
                           "orders.#": {"policy": "apama", "per_source_window": 1, "expiry_seconds": 2,
-                                       "domain": "orders"}}},
+                                       "domain": "orders"}},
+     "window_audit": {"horizon": 0}},  # §9: the audit off
     {"address_settings": {"#": {"policy": "apama", "per_source_window": 0, "expiry_seconds": 4},
                           "a": {"policy": "apama", "per_source_window": 3, "expiry_seconds": 0, "domain": "ab"},
                           "b": {"policy": "apama", "per_source_window": 3, "expiry_seconds": 0, "domain": "ab"}}},

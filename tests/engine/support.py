@@ -79,8 +79,8 @@ def outcome_view(warehouse: Path, batch_id: str) -> dict:
         "counters": {name: (info["last_seq"], info.get("clock_us"))
                      for name, info in manifest(warehouse, batch_id)["caches"].items()},
         "left_keys": sorted(
-            (r["cache"], r["dedup_key"], r["cache_seq"], r["message_id"], r["accepted_batch_id"])
-            for r in read_output(warehouse, "left_keys", batch_id)),
+            (r["cache"], r["dedup_key"], r["cache_seq"], r["message_id"], r["accepted_batch_id"],
+             r.get("received_at_us")) for r in read_output(warehouse, "left_keys", batch_id)),
         "window_audit": _missed(manifest(warehouse, batch_id)["window_audit"]),
     }
 
@@ -92,10 +92,11 @@ def _entry(row: dict) -> tuple:
 
 
 def _missed(audit: dict) -> dict:
-    """The window-miss audit of the caches with misses (§9). A cache without any may report
-    another size: the model keeps an unused, empty cache at its old size until it is used, the
-    engine reports the address's size in this batch's config; neither changes anything."""
-    return {name: (a["misses"], a["max_missed_by"], a["id_cache_size"], a["recommended_id_cache_size"])
+    """The window-miss audit of the caches with misses (§9), count and time windows alike. A cache
+    without any may report another window: the model keeps an unused, empty cache at its old size
+    until it is used, the engine reports the address's size in this batch's config; neither
+    changes anything."""
+    return {name: tuple(sorted((k, v) for k, v in a.items() if k not in ("address", "policy")))
             for name, a in audit.items() if a["misses"]}
 
 
@@ -110,7 +111,7 @@ def model_view(result) -> dict:
         "quarantine": sorted((r["source_file"], r["line_number"], r["error"]) for r in result.quarantined),
         "snapshot": sorted(_entry(e) for e in result.snapshot_entries()),
         "counters": {name: (cache.last_seq, getattr(cache, "clock", None)) for name, cache in result.caches.items()},
-        "left_keys": sorted((name, e.key, e.seq, e.message_id, e.batch_id)
+        "left_keys": sorted((name, e.key, e.seq, e.message_id, e.batch_id, e.instant)
                             for name, cache in result.caches.items() for e in getattr(cache, "left", ())),
         "window_audit": _missed(window_audit(result)),
     }

@@ -195,3 +195,32 @@ def test_settings_still_pickle_to_their_data():
                                                           "domain": "d"}}})
     again = pickle.loads(pickle.dumps(settings))
     assert again.as_dict() == settings.as_dict() and again.domain("a") == "d"
+
+
+# -- the window-miss audit's horizon (issue 12, docs/semantics.md §9) -------------------------------
+def test_the_audit_horizon_is_set_at_the_top_level_and_survives_pickling():
+    import pickle
+
+    from msgdedup.config import AUDIT_HORIZON_MULTIPLE
+
+    default = parse_settings({"address_settings": {"#": {"id_cache_size": 3}}})
+    assert default.audit_horizon == AUDIT_HORIZON_MULTIPLE == 4
+    for horizon in (0, 10):
+        settings = parse_settings({"address_settings": {"#": {"id_cache_size": 3}},
+                                   "window_audit": {"horizon": horizon}})
+        assert settings.audit_horizon == horizon
+        assert pickle.loads(pickle.dumps(settings)).audit_horizon == horizon
+        assert settings.fingerprint() == default.fingerprint(), "no outcome depends on it"
+
+
+@pytest.mark.parametrize("audit,message", [
+    ({"horizon": -1}, "window_audit: horizon must be >= 0 (0 turns the audit off), got -1"),
+    ({"horizon": "PT1H"}, "window_audit: horizon must be a whole number, got 'PT1H'"),
+    ({"horizon": 1001}, "window_audit: horizon must be at most 1000 windows, got 1001"),
+    ({"horison": 2}, "window_audit: unknown key(s) horison; allowed: horizon"),
+    (4, "window_audit must be a mapping like {horizon: 4}"),
+])
+def test_every_audit_mistake_is_reported(audit, message):
+    with pytest.raises(ConfigError) as caught:
+        parse_settings({"address_settings": {}, "window_audit": audit}, source="cfg.yaml")
+    assert str(caught.value) == f"cfg.yaml: {message}"

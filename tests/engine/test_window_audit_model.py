@@ -156,3 +156,74 @@ def test_a_key_a_shrink_dropped_stays_left_when_the_window_grows(tmp_path):
     assert [r["message_id"] for r in result.delivered] == ["m3"]
     assert misses(result) == [("m3", "m1", 2, -2)]
     assert window_audit(result)["a"]["recommended_id_cache_size"] == 4
+
+
+# -- the horizon is configurable; 0 turns the audit off -----------------------------------------------
+def test_a_longer_horizon_reaches_further_and_zero_turns_the_audit_off(tmp_path):
+    stream = [message("m1", key="x", at=1), *[message(f"f{i}", key=f"k{i}", at=2 + i) for i in range(20)],
+              message("m2", key="x", at=50)]
+    audited = {h: run(tmp_path / str(h), [stream], parse_settings(
+        {"address_settings": {"#": {"id_cache_size": 2}}, "window_audit": {"horizon": h}}))[0] for h in (4, 10, 0)}
+    assert misses(audited[4]) == []  # needed 21 > 2 x (1 + 4)
+    assert misses(audited[10]) == [("m2", "m1", 21, 19)]
+    assert misses(audited[0]) == [] and window_audit(audited[0]) == {}
+    assert not audited[0].caches["a"].left
+    def outcome(result):  # it never changes an outcome
+        return [(r["message_id"], r["cache_seq"]) for r in result.delivered], result.dropped
+    assert outcome(audited[0]) == outcome(audited[10])
+
+
+# -- time windows: needed and missed_by in microseconds -------------------------------------------------
+def timed(window: str, cap: int | None = None, horizon: int | None = None):
+    entry = {"policy": "time", "duplicate_window": window, **({"id_cache_size": cap} if cap else {})}
+    document = {"address_settings": {"#": entry}}
+    if horizon is not None:
+        document["window_audit"] = {"horizon": horizon}
+    return parse_settings(document)
+
+
+def test_a_time_window_miss_is_measured_in_time(tmp_path):
+    """x comes back 15 s after it entered a 10 s window: needed 15 s, missed by 5 s."""
+    stream = [message("m1", key="x", at=1), message("m2", key="y", at=5), message("m3", key="x", at=16)]
+    [result] = run(tmp_path, [stream], timed("PT10S"))
+    assert misses(result) == [("m3", "m1", 15_000_000, 5_000_000)]
+    assert window_audit(result)["a"] == {"misses": 1, "max_missed_by_us": 5_000_000,
+                                         "duplicate_window_us": 10_000_000,
+                                         "recommended_duplicate_window_us": 15_000_000}
+
+
+def test_a_time_window_key_still_queued_but_expired_is_a_miss(tmp_path):
+    """Nothing was accepted between m1 and m2, so x is still queued when m2 looks it up 20 s later;
+    it has expired all the same, and m2 is a miss."""
+    [result] = run(tmp_path, [[message("m1", key="x", at=1), message("m2", key="x", at=21)]], timed("PT10S"))
+    assert [r["message_id"] for r in result.delivered] == ["m1", "m2"]
+    assert misses(result) == [("m2", "m1", 20_000_000, 10_000_000)]
+
+
+def test_a_key_the_cap_evicted_needs_no_longer_window(tmp_path):
+    """With a cap of 1, y evicts x within the window: the miss has missed_by <= 0 (the cap, not the
+    window, let it through) and the recommended window is the current one."""
+    stream = [message("m1", key="x", at=1), message("m2", key="y", at=2), message("m3", key="x", at=3)]
+    [result] = run(tmp_path, [stream], timed("PT10S", cap=1))
+    assert misses(result) == [("m3", "m1", 2_000_000, -8_000_000)]
+    assert window_audit(result)["a"]["recommended_duplicate_window_us"] == 10_000_000
+
+
+def test_a_time_window_remembers_for_its_reach_in_time(tmp_path):
+    """Horizon 1 on a 10 s window: a key is remembered for 20 s after it entered."""
+    inside = [message("m1", key="x", at=1), message("m2", key="y", at=15), message("m3", key="x", at=21)]
+    beyond = [message("m1", key="x", at=1), message("m2", key="y", at=15), message("m3", key="x", at=22)]
+    assert misses(run(tmp_path / "in", [inside], timed("PT10S", horizon=1))[0]) == [
+        ("m3", "m1", 20_000_000, 10_000_000)]
+    assert misses(run(tmp_path / "out", [beyond], timed("PT10S", horizon=1))[0]) == []
+
+
+def test_a_time_window_record_is_forgotten_by_time_across_batches(tmp_path):
+    first = [message("m1", key="x", at=1), message("m2", key="y", at=30)]
+    second = [message("m3", key="z", at=45), message("m4", key="x", at=50)]
+    results = run(tmp_path, [first, second], timed("PT10S", horizon=4))
+    assert [e.key for e in results[0].caches["a"].left] == ["x"]
+    assert misses(results[1]) == [("m4", "m1", 49_000_000, 39_000_000)]
+    assert {e.key for e in results[1].caches["a"].left} == {"x", "y"}
+    later = run(tmp_path / "late", [first, [message("m3", key="z", at=59 * 60)]], timed("PT10S", horizon=4))
+    assert not later[1].caches["a"].left

@@ -66,6 +66,7 @@ class Scale:
     backfill: bool = True              # the history's partitions as a backfill through Airflow
     demo: bool = True                  # make demo's command from a fresh home
     policies: tuple[str, ...] = ("time", "apama")  # §8 policies beside the count window, first size only
+    audit_off: bool = True             # the first size once more with the window-miss audit off (§9)
 
 
 SCALES = {
@@ -154,10 +155,11 @@ class Bench:
             log(f"generated {messages:,} messages in {d} ({time.perf_counter() - t:.1f} s)")
         return d
 
-    def config_file(self, cache_size: int, policy: str = "count") -> Path:
-        path = self.work / "configs" / f"{policy}-{cache_size}.yaml"
+    def config_file(self, cache_size: int, policy: str = "count", audit: bool = True) -> Path:
+        path = self.work / "configs" / f"{policy}-{cache_size}{'' if audit else '-audit-off'}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f'address_settings:\n  "#": {POLICY_WINDOWS[policy].format(size=cache_size)}\n')
+        path.write_text(f'address_settings:\n  "#": {POLICY_WINDOWS[policy].format(size=cache_size)}\n'
+                        + ("" if audit else "window_audit:\n  horizon: 0\n"))
         return path
 
     def fresh(self, *parts: str) -> Path:
@@ -169,15 +171,17 @@ class Bench:
 
     # ------------------------------------------------------------ scenarios
     def single(self, messages: int, hot_share: float, cache_size: int, peers: tuple[str, ...],
-               copy_from: dict | None = None, policy: str = "count") -> dict[str, Any]:
+               copy_from: dict | None = None, policy: str = "count", audit: bool = True) -> dict[str, Any]:
         hot = f"hot address {int(hot_share * 100)}%" if hot_share else f"{self.scale.addresses} addresses"
         window = f"cache {_human(cache_size)}" if policy == "count" else POLICY_NAMES[policy]
-        name = f"{_human(messages)}, {hot}, {window}"
-        sid = f"n{messages}-h{hot_share}-c{cache_size}" + ("" if policy == "count" else f"-{policy}")
+        name = f"{_human(messages)}, {hot}, {window}" + ("" if audit else ", window-miss audit off")
+        sid = (f"n{messages}-h{hot_share}-c{cache_size}" + ("" if policy == "count" else f"-{policy}")
+               + ("" if audit else "-audit-off"))
         inp = self.input_dir(messages, hot_share)
-        cfg = self.config_file(cache_size, policy)
+        cfg = self.config_file(cache_size, policy, audit)
         s: dict[str, Any] = {"id": sid, "name": name, "messages": messages, "addresses": self.scale.addresses,
-                             "hot_share": hot_share, "id_cache_size": cache_size, "policy": policy, "input": str(inp),
+                             "hot_share": hot_share, "id_cache_size": cache_size, "policy": policy, "audit": audit,
+                             "input": str(inp),
                              "input_bytes": sum(f.stat().st_size for f in inp.iterdir()),
                              "cache_size_axis": copy_from is not None, "runs": {}}
         runs = s["runs"]
@@ -218,8 +222,14 @@ class Bench:
             if copy.get("wall_s") and r.get("wall_s") and not r.get("error"):
                 r["x_copy"] = round(r["wall_s"] / copy["wall_s"], 3)
         count_window = (copy_from or {}).get("ours") or {}
-        if policy != "count" and count_window.get("wall_s") and (runs.get("ours") or {}).get("wall_s"):
-            runs["ours"]["x_count_window"] = round(runs["ours"]["wall_s"] / count_window["wall_s"], 3)
+        mine = runs.get("ours") or {}
+        if policy != "count" and count_window.get("wall_s") and mine.get("wall_s"):
+            mine["x_count_window"] = round(mine["wall_s"] / count_window["wall_s"], 3)
+        if not audit and count_window.get("wall_s") and mine.get("wall_s"):
+            # what the audit costs: the same run with it on (the base scenario) over this one
+            mine["audit_on_over_off"] = round(count_window["wall_s"] / mine["wall_s"], 3)
+            if count_window.get("engine_s") and mine.get("engine_s"):
+                mine["audit_on_over_off_in_app"] = round(count_window["engine_s"] / mine["engine_s"], 3)
         ours = runs.get("ours") or {}
         gate = runs.get("gx_gate") or {}
         # The DAG runs the gate in the dedup's Spark application (process_batch.py), so what it
@@ -370,6 +380,11 @@ class Bench:
             for policy in sc.policies if n == sc.sizes[0] else ():
                 results["scenarios"].append(self.single(
                     n, 0.0, sc.cache_sizes[0], ("ours",), policy=policy,
+                    copy_from={**(base["runs"].get("copy") or {}), "scenario": base["name"],
+                               "ours": base["runs"].get("ours") or {}}))
+            if sc.audit_off and n == sc.sizes[0]:
+                results["scenarios"].append(self.single(
+                    n, 0.0, sc.cache_sizes[0], ("ours",), audit=False,
                     copy_from={**(base["runs"].get("copy") or {}), "scenario": base["name"],
                                "ours": base["runs"].get("ours") or {}}))
             if sc.airflow and n == sc.sizes[0]:

@@ -6,11 +6,13 @@ possible. Nothing here decides an outcome; the reference model's ``_audit`` is t
         --left_keys--> this batch's left_keys (the horizon's worth of keys that left the window)
     the same, on the keys that can have an earlier acceptance (``audit_keys``)
         --window_misses--> one row per miss: needed, missed_by
-    misses --summary--> per cache: misses, largest missed_by, recommended id_cache_size
+    misses --summary--> per cache: misses, largest missed_by, recommended window
 
-Only a key that is repeated (in the batch, or met in the parent snapshot: ``repeated_keys``) or
-remembered in the parent's record can have an earlier acceptance, so the ordered pass runs on
-those keys only: usually a few rows, never the whole batch.
+Count windows are measured in acceptances (``cache_seq``), time windows in microseconds (the
+entries' ``received_at_us``); ``bounds`` (one small row per audited cache) says which. Only a key
+that is repeated (in the batch, or met in the parent snapshot: ``repeated_keys``) or remembered
+in the parent's record can have an earlier acceptance, so the ordered pass runs on those keys
+only: usually a few rows, never the whole batch.
 """
 
 from __future__ import annotations
@@ -19,26 +21,35 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
-from msgdedup.config import AUDIT_COVERAGE, AUDIT_HORIZON_MULTIPLE, COUNT
+from msgdedup.config import AUDIT_COVERAGE, COUNT, TIME
 from msgdedup.engine import kernel
 
-ENTRY_COLUMNS = ["cache", "dedup_key", "cache_seq", "message_id", "address", "accepted_batch_id"]
+ENTRY_COLUMNS = ["cache", "dedup_key", "cache_seq", "message_id", "address", "accepted_batch_id", "received_at_us"]
 ENTRY_SCHEMA = ("cache string, dedup_key string, cache_seq long, message_id string, address string, "
-                "accepted_batch_id string")
+                "accepted_batch_id string, received_at_us long")
+BOUNDS_SCHEMA = ("cache string, policy string, window long, reach long, floor long, oldest_us long, "
+                 "remembered_seq long, remembered_us long")
+AUDITED = (COUNT, TIME)
+"""§9: an Apama id leaves by its sender's count and then by time: no one window size to recommend."""
+_LONGEST = 2 ** 62  # a reach beyond any cache_seq or instant difference, that still fits in a long
 
 
 def left_keys(entries: DataFrame, parent_left: DataFrame | None, bounds: DataFrame) -> DataFrame:
     """The keys the caches remember as having left their window (§9) after this batch.
 
     ``entries``: the parent snapshot and this batch's acceptances (``transforms.acceptances``);
-    those at or below their cache's ``floor`` (counter - size: not in the new snapshot) have left.
-    The parent's record (``parent_left``) has left already, whatever its seq: an entry a smaller
-    window dropped does not come back when the window grows (§5). Both are kept while above ``floor - horizon``
-    (``bounds``: ``cache``, ``floor``, ``horizon`` = size x AUDIT_HORIZON_MULTIPLE; small)."""
-    bounded = F.broadcast(bounds.select("cache", "floor", "horizon"))
-    remembered = F.col("cache_seq") > F.col("floor") - F.col("horizon")
-    left = (entries.join(bounded, "cache").filter((F.col("cache_seq") <= F.col("floor")) & remembered)
-            .select(*ENTRY_COLUMNS))
+    those outside their cache's new snapshot have left: at or below ``floor`` (counter - count
+    limit) or before ``oldest_us`` (time - duplicate_window), the limits ``transforms.snapshot``
+    keeps. The parent's record (``parent_left``) has left already, whatever its seq: an entry a
+    smaller window dropped does not come back when the window grows (§5). Both are kept while
+    within the reach (window x (1 + horizon)): above ``remembered_seq`` for a count window, at or
+    after ``remembered_us`` for a time window."""
+    bounded = F.broadcast(bounds)
+    within = ((F.col("floor").isNull() | (F.col("cache_seq") > F.col("floor")))
+              & (F.col("oldest_us").isNull() | (F.col("received_at_us") >= F.col("oldest_us"))))
+    remembered = ((F.col("remembered_seq").isNull() | (F.col("cache_seq") > F.col("remembered_seq")))
+                  & (F.col("remembered_us").isNull() | (F.col("received_at_us") >= F.col("remembered_us"))))
+    left = entries.join(bounded, "cache").filter(~within & remembered).select(*ENTRY_COLUMNS)
     if parent_left is not None:
         left = left.unionByName(parent_left.join(bounded, "cache").filter(remembered).select(*ENTRY_COLUMNS))
     return left
@@ -56,12 +67,15 @@ def audit_keys(repeated_keys: DataFrame, left_met: DataFrame | None) -> DataFram
 def window_misses(verdicts: DataFrame, units: DataFrame, earlier: DataFrame, keys: DataFrame,
                   bounds: DataFrame, batch_id: str) -> DataFrame:
     """One row per delivered message of ``keys`` whose key had been accepted before on its cache
-    within the horizon (§9), with ``needed`` (the window that would have held the earlier
-    acceptance at the message's lookup) and ``missed_by`` (needed - size).
+    within the reach (§9), with ``needed`` (the window that would have held the earlier
+    acceptance at the message's lookup) and ``missed_by`` (needed - window).
 
     ``earlier``: the parent's entries of ``keys`` (record and snapshot: disjoint in cache_seq);
     ``units``: row_id -> unit_row (the lookup of a unit happens before its first acceptance on
-    each cache, so the counter then is that acceptance's cache_seq - 1).
+    each cache, so the counter then is that acceptance's cache_seq - 1). On a time window the
+    lookup happens at the cache's time then, which is the instant the message's key enters with.
+    Any earlier acceptance of a delivered key was out of the window at the lookup, or the message
+    would have been dropped.
     """
     delivered = verdicts.filter((F.col("outcome") == kernel.DELIVERED) & F.col("cache").isNotNull())
     # A transaction's lookup comes before its first acceptance on each cache; a single message's
@@ -71,22 +85,23 @@ def window_misses(verdicts: DataFrame, units: DataFrame, earlier: DataFrame, key
     audited = (delivered.join(F.broadcast(keys), ["cache", "dedup_key"], "left_semi")
                .join(units.select("row_id", "unit_row"), "row_id")
                .join(in_txn, ["cache", "unit_row"], "left"))
-    mine = audited.select(*ENTRY_COLUMNS[:5], F.lit(batch_id).alias("accepted_batch_id"),
+    mine = audited.select(*ENTRY_COLUMNS[:5], F.lit(batch_id).alias("accepted_batch_id"), "received_at_us",
                           F.coalesce("txn_first", "cache_seq").alias("unit_first"), F.lit(True).alias("this_batch"))
     before = earlier.select(*ENTRY_COLUMNS, F.lit(None).cast("long").alias("unit_first"),
                             F.lit(False).alias("this_batch"))
     in_order = Window.partitionBy("cache", "dedup_key").orderBy("cache_seq")
     previous = mine.unionByName(before).select(
-        "*", F.lag("cache_seq").over(in_order).alias("previous_seq"),
-        F.lag("message_id").over(in_order).alias("previous_message_id"),
-        F.lag("accepted_batch_id").over(in_order).alias("previous_batch_id"))
-    needed = F.col("unit_first") - F.col("previous_seq")
+        "*", *[F.lag(c).over(in_order).alias(f"previous_{name}") for c, name in (
+            ("cache_seq", "seq"), ("received_at_us", "us"), ("message_id", "message_id"),
+            ("accepted_batch_id", "batch_id"))])
+    needed = F.when(F.col("policy") == TIME, F.col("received_at_us") - F.col("previous_us")).otherwise(
+        F.col("unit_first") - F.col("previous_seq"))
     return (previous.filter(F.col("this_batch") & F.col("previous_seq").isNotNull())
-            .join(F.broadcast(bounds.select("cache", "size", "horizon")), "cache")
+            .join(F.broadcast(bounds.select("cache", "policy", "window", "reach")), "cache")
             .withColumn("needed", needed)
-            .filter(F.col("needed") <= F.col("size") + F.col("horizon"))
+            .filter(F.col("needed") <= F.col("reach"))
             .select("cache", "dedup_key", "message_id", "address", "previous_message_id", "previous_batch_id",
-                    "needed", (F.col("needed") - F.col("size")).alias("missed_by")))
+                    "needed", (F.col("needed") - F.col("window")).alias("missed_by")))
 
 
 def summary(misses: DataFrame) -> DataFrame:
@@ -97,27 +112,43 @@ def summary(misses: DataFrame) -> DataFrame:
         F.expr(f"percentile_disc({AUDIT_COVERAGE}) WITHIN GROUP (ORDER BY needed)").alias("covering"))
 
 
-def bounds_rows(caches: dict[str, dict]) -> list[tuple[str, int, int, int]]:
-    """(cache, size, floor, horizon) of every count cache after the batch, for ``left_keys`` and
-    ``window_misses`` (the audit covers count windows only, §9)."""
-    return [(name, c["id_cache_size"], c["last_seq"] - c["id_cache_size"], c["id_cache_size"] * AUDIT_HORIZON_MULTIPLE)
-            for name, c in caches.items() if c["policy"] == COUNT]
+def bounds_rows(caches: dict[str, dict], horizon: int) -> list[tuple]:
+    """One BOUNDS_SCHEMA row per audited cache after the batch (the manifest's ``caches``), for
+    ``left_keys`` and ``window_misses``: its window in its own unit, the reach (window x (1 +
+    horizon)), the limits of its snapshot (as ``transforms.snapshot`` keeps it) and the oldest
+    seq or instant its record remembers."""
+    rows = []
+    for name, c in caches.items():
+        if c["policy"] == COUNT:
+            window = c["id_cache_size"]
+            reach = min(window * (1 + horizon), _LONGEST)
+            rows.append((name, COUNT, window, reach, c["last_seq"] - window, None, c["last_seq"] - reach, None))
+        elif c["policy"] == TIME:
+            window, cap, clock = c["duplicate_window_us"], c["id_cache_size"], c["clock_us"]
+            reach = min(window * (1 + horizon), _LONGEST)
+            rows.append((name, TIME, window, reach, None if cap is None else c["last_seq"] - cap,
+                         None if clock is None else clock - window, None, None if clock is None else clock - reach))
+    return rows
 
 
 def report(caches: dict[str, dict], rows: list) -> dict[str, dict]:
-    """The manifest's ``window_audit``: every count cache, with or without misses (``rows``:
-    ``summary``)."""
+    """The manifest's ``window_audit``: every audited cache, with or without misses (``rows``:
+    ``summary``). Count windows in acceptances, time windows in microseconds (as the model's
+    ``window_audit``)."""
     found = {r["cache"]: r for r in rows}
     audit = {}
     for name, c in sorted(caches.items()):
-        if c["policy"] != COUNT:
+        if c["policy"] not in AUDITED:
             continue
         r = found.get(name)
-        audit[name] = {
-            "address": c["address"],
-            "misses": r["misses"] if r else 0,
-            "max_missed_by": r["max_missed_by"] if r else 0,
-            "id_cache_size": c["id_cache_size"],
-            "recommended_id_cache_size": max(c["id_cache_size"], int(r["covering"])) if r else c["id_cache_size"],
-        }
+        window = c["id_cache_size"] if c["policy"] == COUNT else c["duplicate_window_us"]
+        misses, max_missed_by = (r["misses"], r["max_missed_by"]) if r else (0, 0)
+        recommended = max(window, int(r["covering"])) if r else window
+        if c["policy"] == COUNT:
+            audit[name] = {"address": c["address"], "policy": COUNT, "misses": misses, "max_missed_by": max_missed_by,
+                           "id_cache_size": window, "recommended_id_cache_size": recommended}
+        else:
+            audit[name] = {"address": c["address"], "policy": TIME, "misses": misses,
+                           "max_missed_by_us": max_missed_by, "duplicate_window_us": window,
+                           "recommended_duplicate_window_us": recommended}
     return audit

@@ -91,7 +91,8 @@ def _dedup_and_commit(spark: SparkSession, fs: HadoopFS, warehouse: Warehouse, t
         "parent": {"batch_id": parent, "snapshot_fingerprint": parent_manifest["snapshot_fingerprint"]}
         if parent_manifest else None,
         "input": manifests.input_fingerprint(input_path, files),
-        "config": {"address_settings": settings.as_dict(), "fingerprint": settings.fingerprint()},
+        "config": {"address_settings": settings.as_dict(), "fingerprint": settings.fingerprint(),
+                   "window_audit": {"horizon": settings.audit_horizon}},
         "counts": staged.counts,
         "caches": staged.caches,
         "snapshot_fingerprint": staged.fingerprint,
@@ -153,7 +154,7 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     parent_snapshot = _parent_snapshot(spark, warehouse, parent, windows)
     messages = transforms.messages(flagged)
     batch_keys = _kept(transforms.batch_keys(messages), kept)
-    parent_left = _parent_left_keys(spark, warehouse, parent)
+    parent_left = _parent_left_keys(spark, warehouse, parent, windows) if settings.audit_horizon else None
     keys_side = batch_keys
     if parent_snapshot is not None or parent_left is not None:
         keys_side = _broadcast_if_small(batch_keys, batch_keys.count())
@@ -179,13 +180,15 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     timer.lap("decide")
 
     # the window-miss audit (§9): misses among the keys that can have an earlier acceptance
-    bounds = spark.createDataFrame(audit.bounds_rows(caches), "cache string, size long, floor long, horizon long")
-    met = [frame.select(*audit.ENTRY_COLUMNS) for frame in (entries_met, left_met) if frame is not None]
-    earlier = met[0].unionByName(met[1]) if len(met) == 2 else (
-        met[0] if met else spark.createDataFrame([], audit.ENTRY_SCHEMA))
-    misses = audit.window_misses(verdicts, units, earlier, audit.audit_keys(repeated_keys, left_met), bounds,
-                                 txn.batch_id)
-    window_audit = audit.report(caches, audit.summary(misses).collect())
+    bounds = spark.createDataFrame(audit.bounds_rows(caches, settings.audit_horizon), audit.BOUNDS_SCHEMA)
+    window_audit = {}
+    if settings.audit_horizon:
+        met = [frame.select(*audit.ENTRY_COLUMNS) for frame in (entries_met, left_met) if frame is not None]
+        earlier = met[0].unionByName(met[1]) if len(met) == 2 else (
+            met[0] if met else spark.createDataFrame([], audit.ENTRY_SCHEMA))
+        misses = audit.window_misses(verdicts, units, earlier, audit.audit_keys(repeated_keys, left_met), bounds,
+                                     txn.batch_id)
+        window_audit = audit.report(caches, audit.summary(misses).collect())
     timer.lap("audit")
 
     # 3. stage the outputs: each output joins the verdicts it keeps to the wide rows
@@ -200,7 +203,8 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
             invalid, valid, transforms.copies(flagged) if tally.of(transforms.QUARANTINED) else None),
         "id_cache": transforms.snapshot(entries, _limits(spark, caches),
                                         transforms.kernel_rows(decisions, kernel.ENTRY)),
-        LEFT_KEYS: audit.left_keys(entries, parent_left, bounds),
+        LEFT_KEYS: audit.left_keys(entries, parent_left, bounds) if settings.audit_horizon
+        else spark.createDataFrame([], audit.ENTRY_SCHEMA),  # the audit is off: nothing is remembered
     }
     written = {}
     for name, frame in staged.items():
@@ -235,14 +239,22 @@ def _parent_snapshot(spark: SparkSession, warehouse: Warehouse, parent: str | No
     return snapshot.filter(F.col("cache").isin(carried or [""])).select(*transforms.SNAPSHOT_COLUMNS)
 
 
-def _parent_left_keys(spark: SparkSession, warehouse: Warehouse, parent: str | None) -> DataFrame | None:
-    """The parent's record of keys that left their window; None without a parent, or for a
+def _parent_left_keys(spark: SparkSession, warehouse: Warehouse, parent: str | None,
+                      windows: dict[str, cache_windows.CacheWindow]) -> DataFrame | None:
+    """The parent's record of keys that left their window, of the caches whose policy did not
+    change (§8.5: another policy starts empty, its record too); None without a parent, or for a
     parent committed before the audit existed (its misses are then not seen: the record starts
-    with this batch)."""
+    with this batch). A record written before time windows were audited has no instants."""
     if parent is None:
         return None
     path = warehouse.output_dir(LEFT_KEYS, parent)
-    return spark.read.parquet(path) if warehouse.fs.exists(path) else None
+    if not warehouse.fs.exists(path):
+        return None
+    left = spark.read.parquet(path)
+    if "received_at_us" not in left.columns:
+        left = left.withColumn("received_at_us", F.lit(None).cast("long"))
+    carried = [name for name, w in windows.items() if w.carried]
+    return left.filter(F.col("cache").isin(carried or [""])).select(*audit.ENTRY_COLUMNS)
 
 
 def _union(first: DataFrame, *others: DataFrame | None) -> DataFrame:

@@ -238,28 +238,40 @@ def summary(warehouse: Path, batch_ids: list[str], runs: dict[str, dict]) -> lis
     header = f"{'batch':14s} {'run':8s} {'delivered':>9s} {'duplicates':>10s} {'txn rejected':>12s} " \
              f"{'quarantined':>11s} {'window misses':>13s}  {'gate':8s} published"
     lines = [header, "-" * len(header)]
-    too_small: dict[str, dict[str, int]] = {}  # cache -> misses, id_cache_size, largest recommendation
+    missed: dict[str, dict[str, Any]] = {}  # cache -> misses, its findings (reports.audit_finding) oldest first
     for b in batch_ids:
         r = reports.batch_report(warehouse, b, max_rows=0)
         c = r["counts"]
         gate = (r["gate"] or {}).get("status", "not run")
         audit = r.get("window_audit")
-        misses = None if audit is None else sum(a["misses"] for a in audit.values())
+        off = audit is None or r["audit_horizon"] == 0  # not recorded, or the audit was off: "-", not 0
+        misses = None if off else sum(a["misses"] for a in audit.values())
         for name, a in (audit or {}).items():
             if a["misses"]:
-                seen = too_small.setdefault(name, {"misses": 0, "id_cache_size": a["id_cache_size"], "recommended": 0})
+                seen = missed.setdefault(name, {"misses": 0, "findings": []})
                 seen["misses"] += a["misses"]
-                seen["recommended"] = max(seen["recommended"], a["recommended_id_cache_size"])
+                seen["findings"].append(reports.audit_finding(a))
         lines.append(
             f"{b:14s} {(runs.get(b) or {}).get('state') or '-':8s} {_n(c['delivered']):>9s} "
             f"{_n(c['by_reason'].get('duplicate')):>10s} {_n(c['by_reason'].get('transaction_rejected')):>12s} "
             f"{_n(c['quarantined']):>11s} {_n(misses):>13s}  {gate:8s} {'yes' if r['published'] else 'no'}"
         )
-    for name, seen in sorted(too_small.items()):
-        lines.append(f"Window-miss audit: {seen['misses']} resend(s) on {name} got through because its window "
-                     f"(id_cache_size {seen['id_cache_size']}) was too small; recommended id_cache_size: "
-                     f"{seen['recommended']} (the batch pages say which and by how much)")
+    for name, seen in sorted(missed.items()):
+        lines.append(_audit_line(name, seen["misses"], reports.largest_finding(seen["findings"])))
     return lines
+
+
+def _audit_line(cache: str, misses: int, f: dict[str, Any]) -> str:
+    """The closing line for a cache whose window let resends through, in its own setting and unit
+    (``reports.largest_finding`` over the batches); a miss inside today's window is not blamed on
+    its size (§9: the window grew since, or a time window's cap evicted the key)."""
+    window = f"its window ({f['setting']} {f['current']})"
+    if f["too_small"]:
+        verdict = f"because {window} was too small; recommended {f['setting']}: {f['recommended']}"
+    else:
+        verdict = f"although {window} is big enough now (grown since, or a time window's id_cache_size cap)"
+    return f"Window-miss audit: {misses} resend(s) on {cache} got through {verdict} (the batch pages say which " \
+           "and by how much)"
 
 
 def _n(value: Any) -> str:

@@ -35,6 +35,7 @@ from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from msgdedup import reports
+from msgdedup.config import AUDIT_COVERAGE
 from msgdedup.orchestration import settings
 from msgdedup.layout import BatchIdError, validate_batch_id
 from msgdedup.orchestration.partitions import InvalidRunRequest, validate_root
@@ -243,13 +244,12 @@ def render_index(t: dict[str, Any], warehouse: Path) -> HTMLResponse:
     parts.append("<p class='note'>Fill = entries / id_cache_size after the newest batch shown. A full cache "
                  "forgets its oldest keys: a repeat of one is delivered again.</p>")
     cache_headers = ["cache", "address", "window", "fill (newest batch)", "entries", "id_cache_size",
-                     "fill over the batches shown", "window misses", "recommended id_cache_size"]
+                     "fill over the batches shown", "window misses", "recommended window"]
     parts.append(_table(cache_headers, [
         [_e(c["cache"]), _e(c["address"]), _e(c["window"]), charts.fill_bar(c["latest_fill_pct"]), _e(c["entries"]),
          _e(c["id_cache_size"]), charts.sparkline(c["series"]),
          f"<b class='stale'>{_e(c['window_misses'])}</b>" if c["window_misses"] else "0",
-         f"<b>{_e(c['recommended_id_cache_size'])}</b>"
-         if (c["recommended_id_cache_size"] or 0) > (c["id_cache_size"] or 0) else _e(c["recommended_id_cache_size"])]
+         _flagged(c["recommended"] or "-", c["too_small"])]
         for c in t["caches"]
     ]) if t["caches"] else "<p>No cache.</p>")
     parts.append("<h2>Batches, newest first</h2>")
@@ -355,31 +355,42 @@ def _drilldown_links(r: dict[str, Any]) -> str:
     return "<nav class='drill' aria-label='Drill down'><b>Drill down:</b> " + " · ".join(links) + "</nav>"
 
 
+def _flagged(text: Any, too_small: bool) -> str:
+    """A recommended window, bold when the current one is smaller (escaped)."""
+    return f"<b>{_e(text)}</b>" if too_small else _e(text)
+
+
 def _window_audit(r: dict[str, Any]) -> str:
     """The window-miss audit (docs/semantics.md §9): per cache, the keys delivered again only
-    because they had left the window, and the id_cache_size that would have caught 99% of them.
-    Caches with misses first, the most first; a cache whose window is too small stands out."""
-    audit = r.get("window_audit")
+    because they had left the window, and the window (id_cache_size or duplicate_window) that
+    would have caught 99% of them. Caches with misses first, the most first; a cache whose window
+    is too small stands out. Says how far the audit looked back, and when it was off."""
+    if not r["committed"]:
+        return ""
+    head, audit, horizon = "<h2>Window-miss audit</h2>", r.get("window_audit"), r["audit_horizon"]
+    if horizon == 0:
+        return head + ("<p>The window-miss audit is off for this batch (window_audit: horizon: 0 in the "
+                       "config).</p>")
     if audit is None:
-        return ("<h2>Window-miss audit</h2><p>Not recorded: this batch was committed before the engine "
-                "kept the audit.</p>") if r["committed"] else ""
+        return head + "<p>Not recorded: this batch was committed before the engine kept the audit.</p>"
+    reach = (f"the audit looks back {1 + horizon} windows per cache: its window and {horizon} more, "
+             f"<code>window_audit: horizon: {_e(horizon)}</code>")
     caches = sorted(audit.items(), key=lambda item: (-item[1]["misses"], item[0]))
-    missed = [(name, a) for name, a in caches if a["misses"]]
+    missed = [(name, a, reports.audit_finding(a)) for name, a in caches if a["misses"]]
     if not missed:
-        return ("<h2>Window-miss audit</h2><p>No key was delivered again after leaving its window "
-                f"({len(caches)} cache(s) checked): every window was big enough for this batch.</p>")
-    rows = [[f"<code>{_e(name)}</code>", _e(a.get("address", "")), _e(a["misses"]), _e(a["max_missed_by"]),
-             _e(a["id_cache_size"]),
-             f"<b>{_e(a['recommended_id_cache_size'])}</b>" if a["recommended_id_cache_size"] > a["id_cache_size"]
-             else _e(a["recommended_id_cache_size"])] for name, a in missed]
-    classes = ["unpublished" if a["recommended_id_cache_size"] > a["id_cache_size"] else "" for _, a in missed]
-    return ("<h2>Window-miss audit</h2>"
-            f"<p>{sum(a['misses'] for _, a in missed)} message(s) were delivered although their key had been "
-            "accepted before on the same cache and had left its window since (the audit looks back 5x "
-            "<code>id_cache_size</code> acceptances). Recommended: the <code>id_cache_size</code> whose window "
-            "would have held 99% of them.</p>"
-            + _table(["cache", "address", "window misses", "largest miss (acceptances past the window)",
-                      "id_cache_size", "recommended id_cache_size"], rows, classes))
+        return head + ("<p>No key was delivered again after leaving its window "
+                       f"({len(caches)} cache(s) checked; {reach}): every window was big enough for this "
+                       "batch.</p>")
+    rows = [[f"<code>{_e(name)}</code>", _e(a.get("address", "")), _e(a["misses"]), _e(f["largest_miss"]),
+             f"<code>{_e(f['setting'])}</code>", _e(f["current"]), _flagged(f["recommended"], f["too_small"])]
+            for name, a, f in missed]
+    classes = ["unpublished" if f["too_small"] else "" for _, _, f in missed]
+    return (head + f"<p>{sum(a['misses'] for _, a, _ in missed)} message(s) were delivered although their key "
+            f"had been accepted before on the same cache and had left its window since ({reach}). "
+            f"Recommended: the <code>id_cache_size</code> (count windows) or <code>duplicate_window</code> "
+            f"(time windows) that would have held {AUDIT_COVERAGE:.0%} of them.</p>"
+            + _table(["cache", "address", "window misses", "largest miss", "setting", "current", "recommended"],
+                     rows, classes))
 
 
 # ---------------------------------------------------------------- drill-down pages

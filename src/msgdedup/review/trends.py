@@ -121,12 +121,12 @@ def point(warehouse: str | Path, batch_id: str, address: str | None = None) -> d
         if address is not None and c.get("address") != address:
             continue
         size, entries = c.get("id_cache_size") or 0, c.get("entries") or 0
-        missed = (audit or {}).get(name) or {}
+        missed = (audit or {}).get(name)
+        finding = reports.audit_finding(missed) if missed else None  # None: not audited (Apama, audit off)
         caches[name] = {"address": c.get("address"), "window": window_text(c), "entries": entries,
                         "id_cache_size": size,
                         "fill_pct": round(100.0 * entries / size, 1) if size else None,
-                        "window_misses": missed.get("misses", 0),
-                        "recommended_id_cache_size": missed.get("recommended_id_cache_size", size)}
+                        "window_misses": (missed or {}).get("misses", 0), **_recommendation(finding)}
     when = batch_time(batch_id, shown.get("committed_at"))
     return {
         "batch_id": batch_id,
@@ -147,13 +147,22 @@ def point(warehouse: str | Path, batch_id: str, address: str | None = None) -> d
     }
 
 
+def _recommendation(finding: dict[str, Any] | None) -> dict[str, Any]:
+    """A cache's audit finding (``reports.audit_finding``) as the trend data carries it: the
+    recommended window as text (None when the cache was not audited) and whether it is bigger
+    than the current one; ``audit`` keeps the whole finding, to combine the batches shown."""
+    return {"recommended": finding and finding["recommended"],
+            "too_small": bool(finding and finding["too_small"]), "audit": finding}
+
+
 def trends(warehouse: str | Path, flt: TrendFilter = TrendFilter()) -> dict[str, Any]:
     """The batch list's trend data: points oldest first, caches fullest first.
 
     ``caches``: every cache seen in the points, with its fill per batch (``series``, oldest
     first, None where the batch did not have it) and its latest fill, ordered by latest fill
     (fullest first), so an undersized cache heads the list; with the window misses of the
-    batches shown and the largest id_cache_size the audit recommended in them (§9).
+    batches shown and the largest window (id_cache_size or duplicate_window) the audit
+    recommended in them (§9).
     """
     ids = batch_ids(warehouse)
     chosen = []
@@ -182,8 +191,7 @@ def trends(warehouse: str | Path, flt: TrendFilter = TrendFilter()) -> dict[str,
                        "latest_fill_pct": latest.get("fill_pct"),
                        "entries": latest.get("entries"), "id_cache_size": latest.get("id_cache_size"),
                        "series": series, "window_misses": sum(c["window_misses"] for c in seen),
-                       "recommended_id_cache_size": max(
-                           (c["recommended_id_cache_size"] for c in seen), default=latest.get("id_cache_size"))})
+                       **_recommendation(reports.largest_finding(c["audit"] for c in seen))})
     caches.sort(key=lambda c: (-(c["latest_fill_pct"] or 0.0), c["cache"]))
     addresses = sorted({a for p in points for a in p["addresses"]} | ({flt.address} if flt.address else set()))
     return {"filter": flt, "points": points, "caches": caches, "addresses": addresses,
