@@ -29,8 +29,9 @@ def dagbag():
 
 
 # ------------------------------------------------------------------ a live Airflow (slow tests)
-# One Airflow (api-server + scheduler + dag-processor, SQLite, LocalExecutor) for the whole
-# session, on a free port with a temporary AIRFLOW_HOME; the e2e and browser tests share it.
+# One Airflow (api-server + scheduler + dag-processor, SQLite, LocalExecutor) for the tests of
+# this package, on a free port with a temporary AIRFLOW_HOME; the e2e and browser tests share it.
+# Package scope: it stops once they are done instead of polling beside the rest of the suite.
 
 E2E_HOURS = ("2026-11-20T00", "2026-11-20T01")
 
@@ -112,7 +113,7 @@ def e2e_hours():
     return E2E_HOURS
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def live_airflow(tmp_path_factory):
     from msgdedup.orchestration.demo import check_pool, configure_airflow_objects, wait_for_dag
     from msgdedup.orchestration.local_airflow import BATCH_SERVICE, LocalAirflow, free_port
@@ -143,7 +144,7 @@ def live_airflow(tmp_path_factory):
         af.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def backfilled(live_airflow):
     """E2E_HOURS processed by a backfill (``POST /api/v2/backfills``) through the scheduler."""
     live = live_airflow
