@@ -18,8 +18,7 @@ from bisect import insort
 from collections import deque
 from dataclasses import dataclass, field, replace
 
-from msgdedup.config import (APAMA, AUDIT_COVERAGE, AUDIT_HORIZON_MULTIPLE, COUNT, TIME, AddressSetting,
-                             AddressSettings)
+from msgdedup.config import APAMA, AUDIT_COVERAGE, AUDIT_OFF, COUNT, TIME, AddressSetting, AddressSettings
 from msgdedup.envelope import InvalidLine, Message, parse_line, printable_raw_line
 from msgdedup.keys import bridge_cache_name, cache_key
 
@@ -353,7 +352,7 @@ class BatchResult:
     started_from: tuple = ()
     window_misses: list[dict] = field(default_factory=list)
     """§9: delivered messages a bigger window would have dropped, with ``needed`` and ``missed_by``."""
-    audit_horizon: int = AUDIT_HORIZON_MULTIPLE
+    audit_horizon: int = AUDIT_OFF
     """§9: the audit's horizon in windows; 0: the audit was off for this batch."""
 
     def snapshot_entries(self) -> list[dict]:

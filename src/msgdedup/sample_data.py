@@ -52,13 +52,14 @@ LATE_RESEND_ADDRESS = "inventory.updates"
 # everywhere; on the late resends' address a window of about an hour of its keys (some 45 an hour),
 # too small for a resend hours later; the orders addresses share one Apama cache (their producers
 # are its senders; a redelivery minutes later is still in its sender's queue); payments a NATS-style
-# time window, shorter than the longest redeliveries.
+# time window, shorter than the longest redeliveries. The window-miss audit is on (it is off
+# unless asked for), so the demo shows both windows that are too small.
 DEMO_ADDRESS_SETTINGS = {"address_settings": {
     "#": {"id_cache_size": 20000},
     LATE_RESEND_ADDRESS: {"id_cache_size": 50},
     "orders.*": {"policy": "apama", "per_source_window": 200, "expiry_seconds": 300, "domain": "orders"},
     "payments.*": {"policy": "time", "duplicate_window": "PT10M"},
-}}
+}, "window_audit": {"horizon": 4}}
 
 
 @dataclass

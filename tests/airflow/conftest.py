@@ -129,9 +129,11 @@ def live_airflow(tmp_path_factory):
         extra_config={"scheduler": {"use_job_schedule": "False"}},
         batch_service=True,  # process_batch runs in a warm batch service, as in the demo
     )
+    config = root / "address_settings.yaml"  # Artemis' default windows, with the window-miss audit on
+    config.write_text("address_settings: {}\nwindow_audit: {horizon: 4}\n")
     af.configure()
     af.migrate()
-    configure_airflow_objects(af, raw, warehouse, None)
+    configure_airflow_objects(af, raw, warehouse, config)
     try:
         af.start(components=("api-server", "scheduler", "dag-processor", BATCH_SERVICE))
         af.wait_api()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import datetime, timezone
+from pathlib import Path
 
 from msgdedup.envelope import InvalidLine, parse_line
 from msgdedup.config import POLICIES, parse_settings
@@ -49,6 +50,23 @@ def test_the_demo_settings_use_every_policy_and_a_domain():
     settings = parse_settings(DEMO_ADDRESS_SETTINGS)
     assert {s.policy for s in settings.entries.values()} == set(POLICIES)
     assert settings.domain("orders.eu") == settings.domain("orders.us") == "orders"
+
+
+def test_the_demo_shows_a_too_small_count_window_and_a_too_small_time_window(tmp_path):
+    """The demo's twelve hours under its settings, on the reference model: the window-miss audit
+    (on in the demo) finds resends after the window on the count address and the time address."""
+    from msgdedup.reference_model import RawLine, ReferenceModel, window_audit
+
+    info = write_partitions(tmp_path, datetime(2026, 11, 20, tzinfo=timezone.utc), 12)
+    settings, model, too_small = parse_settings(DEMO_ADDRESS_SETTINGS), ReferenceModel(), set()
+    for partition in info["partitions"]:
+        lines = [RawLine(f"file:{f}", n, raw) for f in sorted(Path(partition["path"]).glob("part-*.jsonl"))
+                 for n, raw in enumerate(f.read_bytes().splitlines(), 1)]
+        audit = window_audit(model.run_batch(partition["batch_id"], lines, settings))
+        too_small |= {name for name, a in audit.items()
+                      if a.get("recommended_id_cache_size", 0) > a.get("id_cache_size", 0)
+                      or a.get("recommended_duplicate_window_us", 0) > a.get("duplicate_window_us", 0)}
+    assert too_small == {"inventory.updates", "payments.eu"}
 
 
 def test_cli_is_deterministic(tmp_path, capsys):

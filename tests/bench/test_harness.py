@@ -197,11 +197,12 @@ def test_execute_wires_scenarios_history_airflow_and_targets(tmp_path, monkeypat
     assert [s["name"] for s in results["scenarios"]] == [
         "300, 200 addresses, cache 20K", "300, hot address 50%, cache 20K", "300, 200 addresses, cache 1M",
         "300, 200 addresses, time window PT2M", "300, 200 addresses, apama 2000 per sender, 120 s",
-        "300, 200 addresses, cache 20K, window-miss audit off"]
-    base, hot, big, timed, apama, audit_off = results["scenarios"]
+        "300, 200 addresses, cache 20K, window-miss audit on"]
+    base, hot, big, timed, apama, audit_on = results["scenarios"]
     assert timed["runs"]["ours"]["x_count_window"] == apama["runs"]["ours"]["x_count_window"] == 1.0
-    assert audit_off["runs"]["ours"]["audit_on_over_off"] == 1.0
-    assert "window_audit:\n  horizon: 0" in (tmp_path / "work" / "configs" / "count-20000-audit-off.yaml").read_text()
+    assert audit_on["runs"]["ours"]["audit_on_over_off"] == 1.0
+    assert "window_audit:\n  horizon: 4" in (tmp_path / "work" / "configs" / "count-20000-audit.yaml").read_text()
+    assert "window_audit" not in (tmp_path / "work" / "configs" / "count-20000.yaml").read_text()
     assert any(t["target"].endswith("ours with the audit on ≤ 1.1× off") and t["met"]
                for t in report.targets(results))
     config = (tmp_path / "work" / "configs" / "apama-20000.yaml").read_text()

@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 ADDRESSES = ["a", "b", "orders.eu", "orders.us"]
 KEYS = ["k0", "k1", "k2", "k3", "k4", "7"]
 CONFIGS = [
-    {"address_settings": {"#": {"id_cache_size": 3}}},
+    {"address_settings": {"#": {"id_cache_size": 3}}, "window_audit": {}},  # §9: the audit on (4 windows)
     {"address_settings": {"#": {"id_cache_size": 2}, "orders.*": {"id_cache_size": 4}},
      "window_audit": {"horizon": 1}},
     {"address_settings": {"#": {"id_cache_size": 1}, "a": {"id_cache_size": 0}}},
-    {"address_settings": {"#": {"id_cache_size": 5}, "orders.#": {"id_cache_size": 1}}},
+    {"address_settings": {"#": {"id_cache_size": 5}, "orders.#": {"id_cache_size": 1}}, "window_audit": {}},
 ]
 COUNT_CONFIGS = range(len(CONFIGS))
 CONFIGS += [
@@ -28,7 +28,8 @@ CONFIGS += [
                           "orders.*": {"domain": "orders", "id_cache_size": 2}},
      "window_audit": {"horizon": 2}},
     {"address_settings": {"#": {"policy": "apama", "per_source_window": 2, "expiry_seconds": 3},
-                          "orders.*": {"policy": "time", "duplicate_window": 4, "domain": "orders"}}},
+                          "orders.*": {"policy": "time", "duplicate_window": 4, "domain": "orders"}},
+     "window_audit": {"horizon": 3}},
     {"address_settings": {"#": {"id_cache_size": 3}, "b": {"policy": "time", "duplicate_window": 1},
                           "orders.#": {"policy": "apama", "per_source_window": 1, "expiry_seconds": 2,
                                        "domain": "orders"}},

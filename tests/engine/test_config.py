@@ -204,7 +204,9 @@ def test_the_audit_horizon_is_set_at_the_top_level_and_survives_pickling():
     from msgdedup.config import AUDIT_HORIZON_MULTIPLE
 
     default = parse_settings({"address_settings": {"#": {"id_cache_size": 3}}})
-    assert default.audit_horizon == AUDIT_HORIZON_MULTIPLE == 4
+    assert default.audit_horizon == 0, "off unless asked for: it costs more than 10% of a batch"
+    for document in ({"window_audit": None}, {"window_audit": {}}):
+        assert parse_settings({"address_settings": {}, **document}).audit_horizon == AUDIT_HORIZON_MULTIPLE == 4
     for horizon in (0, 10):
         settings = parse_settings({"address_settings": {"#": {"id_cache_size": 3}},
                                    "window_audit": {"horizon": horizon}})

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from hypothesis import given, settings as hsettings, strategies as st
 
-from msgdedup.config import parse_settings
-from msgdedup.reference_model import AUDIT_HORIZON_MULTIPLE, ReferenceModel, window_audit
+from msgdedup.config import AUDIT_HORIZON_MULTIPLE, parse_settings
+from msgdedup.reference_model import ReferenceModel, window_audit
 
 from tests.engine.support import message, write_batch
 
 
 def sized(size: int):
-    return parse_settings({"address_settings": {"#": {"id_cache_size": size}}})
+    """A count window with the audit on at its default horizon (``window_audit:`` with no keys)."""
+    return parse_settings({"address_settings": {"#": {"id_cache_size": size}}, "window_audit": None})
 
 
 def run(tmp_path, batches, settings):
@@ -99,7 +100,7 @@ def test_the_recommendation_holds_99_percent_of_the_misses(tmp_path):
         at += 3
     stream += [message("p", key="p", at=at), *[message(f"q{i}", key=f"q{i}", at=at + 1 + i) for i in range(4)],
                message("p2", key="p", at=at + 10)]
-    [result] = run(tmp_path, [stream], parse_settings({"address_settings": {"#": {"id_cache_size": 1}}}))
+    [result] = run(tmp_path, [stream], sized(1))
     audit = window_audit(result)["a"]
     assert audit["misses"] == 101 and audit["max_missed_by"] == 4
     assert audit["recommended_id_cache_size"] == 2
@@ -164,7 +165,9 @@ def test_a_longer_horizon_reaches_further_and_zero_turns_the_audit_off(tmp_path)
               message("m2", key="x", at=50)]
     audited = {h: run(tmp_path / str(h), [stream], parse_settings(
         {"address_settings": {"#": {"id_cache_size": 2}}, "window_audit": {"horizon": h}}))[0] for h in (4, 10, 0)}
+    unset = run(tmp_path / "unset", [stream], parse_settings({"address_settings": {"#": {"id_cache_size": 2}}}))[0]
     assert misses(audited[4]) == []  # needed 21 > 2 x (1 + 4)
+    assert unset.audit_horizon == 0 and window_audit(unset) == {}, "off unless the config asks for it"
     assert misses(audited[10]) == [("m2", "m1", 21, 19)]
     assert misses(audited[0]) == [] and window_audit(audited[0]) == {}
     assert not audited[0].caches["a"].left
@@ -176,9 +179,7 @@ def test_a_longer_horizon_reaches_further_and_zero_turns_the_audit_off(tmp_path)
 # -- time windows: needed and missed_by in microseconds -------------------------------------------------
 def timed(window: str, cap: int | None = None, horizon: int | None = None):
     entry = {"policy": "time", "duplicate_window": window, **({"id_cache_size": cap} if cap else {})}
-    document = {"address_settings": {"#": entry}}
-    if horizon is not None:
-        document["window_audit"] = {"horizon": horizon}
+    document = {"address_settings": {"#": entry}, "window_audit": None if horizon is None else {"horizon": horizon}}
     return parse_settings(document)
 
 

@@ -100,14 +100,14 @@ def _target(name: str, value: float | None, limit: float | None, unit: str = "×
 POLICY_LIMIT = 1.2
 """Issue 11: the time and Apama policies cost at most 1.2x the count window on the same input."""
 AUDIT_LIMIT = 1.1
-"""Issue 12: the window-miss audit stays on by default only while it costs at most 10%."""
+"""Issue 12: the window-miss audit could be on by default only if it cost at most 10%."""
 
 
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     """The issue's targets, each met / missed / not measured (None)."""
     out: list[dict[str, Any]] = []
     for s in results.get("scenarios", []):
-        if not s.get("audit", True):
+        if s.get("audit"):
             out.append(_target(f"{s['name']}: ours with the audit on ≤ {AUDIT_LIMIT}× off",
                                (s["runs"].get("ours") or {}).get("audit_on_over_off"), AUDIT_LIMIT))
             continue
