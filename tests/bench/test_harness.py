@@ -44,6 +44,23 @@ def test_workload_has_duplicates(batch):
     assert len(set(keys)) < len(keys), "the workload must contain duplicates"
 
 
+def test_one_sender_fails_and_resends_its_last_ids_much_later(tmp_path):
+    """Issue 11: what Apama's per-sender windows are for, in the bench's input."""
+    from msgdedup.bench.workload import RESENT, RETURNING_SENDER
+
+    n = 20_000
+    write_batch(tmp_path, 0, Workload(messages=n, addresses=20))
+    lines = [json.loads(line) for f in sorted(tmp_path.glob("part-*.jsonl")) for line in f.open()]
+    mine = sorted((m["seq"], m["address"], m["properties"].get("_AMQ_DUPL_ID"))
+                  for m in lines if m["source_id"] == RETURNING_SENDER)
+    before = [(a, k) for seq, a, k in mine if seq < n * 0.3]
+    after = [(a, k) for seq, a, k in mine if seq >= n * 0.7]
+    assert not [seq for seq, _, _ in mine if n * 0.3 <= seq < n * 0.7], "silent while it is down"
+    assert len(after) == min(RESENT, len(before)), "it resends as many ids as it remembers"
+    resent = {k for _, k in after if k is not None}  # a few resends are keyless or move into a txn
+    assert len(resent & {k for _, k in before}) > 0.9 * len(resent), "it resends its own ids"
+
+
 def test_copy_writes_every_row(spark, batch, tmp_path):
     copy_peer.run(spark, str(batch), str(tmp_path / "copy"))
     out = spark.read.parquet(str(tmp_path / "copy"))

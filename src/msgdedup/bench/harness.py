@@ -85,7 +85,8 @@ SCALES = {
 
 
 # The other policies of docs/semantics.md §8 on the same input, beside the count window (the
-# workload's producers are 16 senders, ``source_id`` p0..p15): the defaults of Apama and NATS.
+# workload's producers are 16 senders, ``source_id`` p0..p15, and one that fails and comes back,
+# ``p-back``): the defaults of Apama and NATS.
 POLICY_WINDOWS = {
     "count": "{{id_cache_size: {size}}}",
     "time": "{{policy: time, duplicate_window: PT2M, id_cache_size: {size}}}",
@@ -145,7 +146,7 @@ class Bench:
     def input_dir(self, messages: int, hot_share: float, batch_index: int = 0, stream: str = "single") -> Path:
         """Generate (once) batch ``batch_index`` of a workload stream; reuse it if already complete."""
         w = Workload(messages=messages, addresses=self.scale.addresses, hot_share=hot_share)
-        key = f"{stream}-n{messages}-a{w.addresses}-h{hot_share}-s{w.seed}"
+        key = f"{stream}-n{messages}-a{w.addresses}-h{hot_share}-s{w.seed}" + ("-r" if w.returning_sender else "")
         d = self.work / "inputs" / key / f"batch-{batch_index:03d}"
         stamp = d / "_SUCCESS"
         if not stamp.exists():

@@ -2,9 +2,12 @@
 
 What makes dedup expensive is shaped like production: producer retries a few hundred messages
 after the original, a trickle of far duplicates from earlier batches, transactions (5% of the
-messages, 2-5 messages each, sometimes over two addresses), bridge resends, keyless messages, and
-optionally one hot address carrying half of the traffic. Lines are formatted with plain string
-templates (not json.dumps) so that ten million of them take seconds, not minutes.
+messages, 2-5 messages each, sometimes over two addresses), bridge resends, keyless messages,
+optionally one hot address carrying half of the traffic, and 16 senders (``source_id``) plus
+one that fails and comes back: it sends in the first 30% of the batch, goes silent, and in the
+last 30% resends its last ids (what Apama's per-sender windows are for, semantics.md §8.2).
+Lines are formatted with plain string templates (not json.dumps) so that ten million of them take
+seconds, not minutes.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HOUR_MS = 3_600_000
+RETURNING_SENDER = "p-back"
+RESENT = 500  # how many of its last ids the returning sender resends
 BASE_EPOCH_MS = 1_795_219_200_000  # 2026-11-21T00:00:00Z
 
 
@@ -31,6 +36,7 @@ class Workload:
     txn_share: float = 0.05
     files: int = 8
     seed: int = 7
+    returning_sender: bool = True   # a sender that fails and resends its last ids much later
 
 
 def _address(rng: random.Random, w: Workload) -> str:
@@ -48,11 +54,18 @@ def write_batch(directory: Path, batch_index: int, w: Workload) -> int:
     recent: list[tuple[str, str]] = []   # (address, key) of the last ~1000 messages
     handles = [open(directory / f"part-{i:03d}.jsonl", "w", encoding="utf-8") for i in range(w.files)]
     txn_left, txn_id, txn_address = 0, None, None
+    sent_before_failing: list[tuple[str, str]] = []  # the returning sender's last ids
+    fails_at, returns_at = int(w.messages * 0.3), int(w.messages * 0.7)
     try:
         for i in range(w.messages):
             at = int(start + i * step)
             roll = rng.random()
-            if roll < w.retry_rate and len(recent) > 50:
+            sender = f"p{i % 16}"
+            returning = w.returning_sender and i % 17 == 0
+            if returning and i >= returns_at and sent_before_failing:
+                sender = RETURNING_SENDER  # back: resends what it sent before failing, oldest first
+                address, key = sent_before_failing.pop(0)
+            elif roll < w.retry_rate and len(recent) > 50:
                 address, key = recent[-rng.randint(50, min(500, len(recent)))]
             elif roll < w.retry_rate + w.far_rate and batch_index > 0:
                 address = _address(rng, w)
@@ -75,12 +88,15 @@ def write_batch(directory: Path, batch_index: int, w: Workload) -> int:
                     address = txn_address
                 txn = f',"txn_id":"{txn_id}"'
                 txn_left -= 1
+            if returning and i < fails_at:
+                sender = RETURNING_SENDER
+                sent_before_failing = (sent_before_failing + [(address, key)])[-RESENT:]
             recent.append((address, key))
             if len(recent) > 1000:
                 del recent[:500]
             handles[i % w.files].write(
                 f'{{"message_id":"ID:{batch_index}-{i}","address":"{address}","received_at":{at},'
-                f'"properties":{props}{txn},"source_id":"p{i % 16}","seq":{i},"body":"payload-{i:010d}"}}\n'
+                f'"properties":{props}{txn},"source_id":"{sender}","seq":{i},"body":"payload-{i:010d}"}}\n'
             )
     finally:
         for handle in handles:
