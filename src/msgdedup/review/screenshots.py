@@ -51,11 +51,13 @@ def login(page: Any, base_url: str, username: str, password: str) -> None:
 
 
 def busiest_batch(warehouse: str | Path) -> str | None:
-    """The batch to show: most dropped messages among the newest (ties: the newest)."""
+    """The batch to show: one with window misses if any (so the page shows the audit's finding),
+    then the most dropped messages (ties: the newest)."""
     points = trends.trends(warehouse)["points"]
     if not points:
         return None
-    best = max(reversed(points), key=lambda p: (p["duplicate"] or 0) + (p["transaction_rejected"] or 0))
+    best = max(reversed(points), key=lambda p: (bool(p.get("window_misses")),
+                                                 (p["duplicate"] or 0) + (p["transaction_rejected"] or 0)))
     return best["batch_id"]
 
 
