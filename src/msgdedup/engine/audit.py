@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from msgdedup.config import AUDIT_COVERAGE, COUNT, TIME
-from msgdedup.engine import kernel
+from msgdedup.engine import kernel, transforms
 
 ENTRY_COLUMNS = ["cache", "dedup_key", "cache_seq", "message_id", "address", "accepted_batch_id", "received_at_us"]
 ENTRY_SCHEMA = ("cache string, dedup_key string, cache_seq long, message_id string, address string, "
@@ -45,11 +45,9 @@ def left_keys(entries: DataFrame, parent_left: DataFrame | None, bounds: DataFra
     within the reach (window x (1 + horizon)): above ``remembered_seq`` for a count window, at or
     after ``remembered_us`` for a time window."""
     bounded = F.broadcast(bounds)
-    within = ((F.col("floor").isNull() | (F.col("cache_seq") > F.col("floor")))
-              & (F.col("oldest_us").isNull() | (F.col("received_at_us") >= F.col("oldest_us"))))
     remembered = ((F.col("remembered_seq").isNull() | (F.col("cache_seq") > F.col("remembered_seq")))
                   & (F.col("remembered_us").isNull() | (F.col("received_at_us") >= F.col("remembered_us"))))
-    left = entries.join(bounded, "cache").filter(~within & remembered).select(*ENTRY_COLUMNS)
+    left = entries.join(bounded, "cache").filter(~transforms.within_limits() & remembered).select(*ENTRY_COLUMNS)
     if parent_left is not None:
         left = left.unionByName(parent_left.join(bounded, "cache").filter(remembered).select(*ENTRY_COLUMNS))
     return left
@@ -119,15 +117,14 @@ def bounds_rows(caches: dict[str, dict], horizon: int) -> list[tuple]:
     seq or instant its record remembers."""
     rows = []
     for name, c in caches.items():
-        if c["policy"] == COUNT:
-            window = c["id_cache_size"]
-            reach = min(window * (1 + horizon), _LONGEST)
-            rows.append((name, COUNT, window, reach, c["last_seq"] - window, None, c["last_seq"] - reach, None))
-        elif c["policy"] == TIME:
-            window, cap, clock = c["duplicate_window_us"], c["id_cache_size"], c["clock_us"]
-            reach = min(window * (1 + horizon), _LONGEST)
-            rows.append((name, TIME, window, reach, None if cap is None else c["last_seq"] - cap,
-                         None if clock is None else clock - window, None, None if clock is None else clock - reach))
+        if c["policy"] not in AUDITED:
+            continue
+        window = c["id_cache_size"] if c["policy"] == COUNT else c["duplicate_window_us"]
+        reach = min(window * (1 + horizon), _LONGEST)
+        clock = c.get("clock_us")
+        remembered = ((c["last_seq"] - reach, None) if c["policy"] == COUNT
+                      else (None, None if clock is None else clock - reach))
+        rows.append((name, c["policy"], window, reach, *transforms.snapshot_limits(c), *remembered))
     return rows
 
 

@@ -180,9 +180,9 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     timer.lap("decide")
 
     # the window-miss audit (§9): misses among the keys that can have an earlier acceptance
-    bounds = spark.createDataFrame(audit.bounds_rows(caches, settings.audit_horizon), audit.BOUNDS_SCHEMA)
-    window_audit = {}
+    window_audit, bounds = {}, None
     if settings.audit_horizon:
+        bounds = spark.createDataFrame(audit.bounds_rows(caches, settings.audit_horizon), audit.BOUNDS_SCHEMA)
         met = [frame.select(*audit.ENTRY_COLUMNS) for frame in (entries_met, left_met) if frame is not None]
         earlier = met[0].unionByName(met[1]) if len(met) == 2 else (
             met[0] if met else spark.createDataFrame([], audit.ENTRY_SCHEMA))
@@ -378,13 +378,7 @@ def _limits(spark: SparkSession, caches: dict[str, dict]) -> DataFrame:
     """Per count or time cache, the limits of its snapshot (``transforms.snapshot``): the highest
     cache_seq that has left it by count, the oldest instant it still holds by time (null: no such
     limit). Apama caches are not listed: the kernel reports their queues."""
-    rows = []
-    for name, c in caches.items():
-        if c["policy"] == APAMA:
-            continue
-        size = c["id_cache_size"]
-        oldest = c["clock_us"] - c["duplicate_window_us"] if c["policy"] == TIME and c["clock_us"] is not None else None
-        rows.append((name, None if size is None else c["last_seq"] - size, oldest))
+    rows = [(name, *transforms.snapshot_limits(c)) for name, c in caches.items() if c["policy"] != APAMA]
     return spark.createDataFrame(rows, "cache string, floor long, oldest_us long")
 
 

@@ -19,11 +19,12 @@ file's path, so ordering by row_id is ordering by (file path, line number): the 
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from msgdedup.config import TIME
 from msgdedup.engine import kernel
 from msgdedup.engine.windows import CacheWindow
 from msgdedup.engine.parsing import LINE_BITS
@@ -298,15 +299,30 @@ def acceptances(verdicts: DataFrame, batch_id: str) -> DataFrame:
                     *[F.lit(None).cast("string").alias(c) for c in ("source_id", "queue")]))
 
 
+def snapshot_limits(cache: dict) -> tuple[int | None, int | None]:
+    """A count or time cache's snapshot limits after the batch (``cache``: its manifest entry):
+    ``floor`` = new counter - count limit, ``oldest_us`` = the cache's time - duplicate_window,
+    either None when the window has no such limit."""
+    size = cache["id_cache_size"]
+    timed = cache["policy"] == TIME and cache.get("clock_us") is not None
+    return (None if size is None else cache["last_seq"] - size,
+            cache["clock_us"] - cache["duplicate_window_us"] if timed else None)
+
+
+def within_limits() -> Column:
+    """An entry joined with its cache's ``snapshot_limits`` (``floor``, ``oldest_us``) is still
+    in the cache: both limits only ever expire from the oldest end (§3, §8.3)."""
+    return ((F.col("floor").isNull() | (F.col("cache_seq") > F.col("floor")))
+            & (F.col("oldest_us").isNull() | (F.col("received_at_us") >= F.col("oldest_us"))))
+
+
 def snapshot(entries: DataFrame, limits: DataFrame, apama_entries: DataFrame) -> DataFrame:
     """The new ID cache. Count and time caches: their ``entries`` (the parent's carried ones and
     this batch's ``acceptances``) still within their limits (``limits``: ``cache``, ``floor`` =
     new counter - count limit, ``oldest_us`` = the cache's time - duplicate_window, either null
     when the window has no such limit; small), since both only ever expire from the oldest end
     (§3, §8.3). Apama caches: the queues the kernel reports (``apama_entries``)."""
-    within = ((F.col("floor").isNull() | (F.col("cache_seq") > F.col("floor")))
-              & (F.col("oldest_us").isNull() | (F.col("received_at_us") >= F.col("oldest_us"))))
-    kept = entries.join(F.broadcast(limits), "cache").filter(within).select(*SNAPSHOT_COLUMNS)
+    kept = entries.join(F.broadcast(limits), "cache").filter(within_limits()).select(*SNAPSHOT_COLUMNS)
     return kept.unionByName(apama_entries.select(*SNAPSHOT_COLUMNS))
 
 
