@@ -28,6 +28,7 @@ from msgdedup.engine.lease import WarehouseBusy
 from msgdedup.engine.warehouse import CommitConflict, Transaction, Warehouse, failpoint
 from msgdedup.layout import LEFT_KEYS, BatchIdError, validate_batch_id
 from msgdedup.timing import StepTimer
+from msgdedup.local_frames import local_frame
 
 PROG = "dedup_batch"
 
@@ -126,7 +127,7 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     # 1. parse every line once: in the JVM where it is certain, else in Python (parsing.py)
     lines = read_lines(spark, files)
     if lines is None:
-        parsed = spark.createDataFrame([], parsing.PARSED_SPARK_SCHEMA)
+        parsed = local_frame(spark, [], parsing.PARSED_SPARK_SCHEMA)
         input_lines, addresses, keyed = 0, set(), set()
     else:
         fast = _kept(parsing.fast_parse(lines), kept, StorageLevel.DISK_ONLY)
@@ -182,10 +183,10 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     # the window-miss audit (§9): misses among the keys that can have an earlier acceptance
     window_audit, bounds = {}, None
     if settings.audit_horizon:
-        bounds = spark.createDataFrame(audit.bounds_rows(caches, settings.audit_horizon), audit.BOUNDS_SCHEMA)
+        bounds = local_frame(spark, audit.bounds_rows(caches, settings.audit_horizon), audit.BOUNDS_SCHEMA)
         met = [frame.select(*audit.ENTRY_COLUMNS) for frame in (entries_met, left_met) if frame is not None]
         earlier = met[0].unionByName(met[1]) if len(met) == 2 else (
-            met[0] if met else spark.createDataFrame([], audit.ENTRY_SCHEMA))
+            met[0] if met else local_frame(spark, [], audit.ENTRY_SCHEMA))
         misses = audit.window_misses(verdicts, units, earlier, audit.audit_keys(repeated_keys, left_met), bounds,
                                      txn.batch_id)
         window_audit = audit.report(caches, audit.summary(misses).collect())
@@ -204,7 +205,7 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
         "id_cache": transforms.snapshot(entries, _limits(spark, caches),
                                         transforms.kernel_rows(decisions, kernel.ENTRY)),
         LEFT_KEYS: audit.left_keys(entries, parent_left, bounds) if settings.audit_horizon
-        else spark.createDataFrame([], audit.ENTRY_SCHEMA),  # the audit is off: nothing is remembered
+        else local_frame(spark, [], audit.ENTRY_SCHEMA),  # the audit is off: nothing is remembered
     }
     written = {}
     for name, frame in staged.items():
@@ -331,7 +332,7 @@ def _domains(spark: SparkSession, addresses: set[str], settings: AddressSettings
     """The cache (domain) of every address in the batch and whether it checks at all: few rows,
     matched by config.py once each."""
     rows = [(a, s.domain_of(a), s.checks) for a, s in ((a, settings.setting_for(a)) for a in sorted(addresses))]
-    return spark.createDataFrame(rows, "address string, domain string, checks boolean")
+    return local_frame(spark, rows, "address string, domain string, checks boolean")
 
 
 # Rows up to which a join's smaller side is broadcast (key or verdict rows of some 50 bytes: well
@@ -370,7 +371,7 @@ def _broadcast_if_small(frame: DataFrame, rows: int) -> DataFrame:
 
 def _starts(spark: SparkSession, windows: dict[str, cache_windows.CacheWindow]) -> DataFrame:
     """Per cache, where it starts: its counter and time, and whether it keeps instants."""
-    return spark.createDataFrame([(name, w.last_seq, w.clock_us, w.policy != COUNT) for name, w in windows.items()],
+    return local_frame(spark, [(name, w.last_seq, w.clock_us, w.policy != COUNT) for name, w in windows.items()],
                                  "cache string, last_seq long, clock_us long, timed boolean")
 
 
@@ -379,7 +380,7 @@ def _limits(spark: SparkSession, caches: dict[str, dict]) -> DataFrame:
     cache_seq that has left it by count, the oldest instant it still holds by time (null: no such
     limit). Apama caches are not listed: the kernel reports their queues."""
     rows = [(name, *transforms.snapshot_limits(c)) for name, c in caches.items() if c["policy"] != APAMA]
-    return spark.createDataFrame(rows, "cache string, floor long, oldest_us long")
+    return local_frame(spark, rows, "cache string, floor long, oldest_us long")
 
 
 def _check_history(warehouse: Warehouse, txn: Transaction, fingerprint: str, invalidate_later: bool) -> list[str]:

@@ -33,6 +33,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from msgdedup.engine.filesystem import HadoopFS
+from msgdedup.local_frames import local_frame
 
 JSON_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz")
 PARQUET_SUFFIXES = (".parquet",)
@@ -179,8 +180,8 @@ def _json_lines(spark: SparkSession, files: list[InputFile], listing: list[Input
         seen = before.get(b[FILE_URI], 0)
         rows.append((b[FILE_URI], b["block_start"], b["first_row"], seen, index, path))
         before[b[FILE_URI]] = seen + b["rows"]
-    block_table = spark.createDataFrame(
-        rows, f"{FILE_URI} string, block_start long, first_row long, lines_before long, "
+    block_table = local_frame(
+        spark, rows, f"{FILE_URI} string, block_start long, first_row long, lines_before long, "
               f"{FILE_INDEX} int, {SOURCE_FILE} string")
     line_number = F.col("lines_before") + F.col("row_in_task") - F.col("first_row") + 1
     raw = F.col(RAW)
@@ -234,8 +235,8 @@ def _parquet_rows(spark: SparkSession, files: list[InputFile], listing: list[Inp
     for frame in frames[1:]:
         rows = rows.unionByName(frame)
     table = _file_table(uris, listing)
-    file_table = spark.createDataFrame(
-        [(uri, *table[uri]) for uri in uris], f"{FILE_URI} string, {FILE_INDEX} int, {SOURCE_FILE} string")
+    file_table = local_frame(
+        spark, [(uri, *table[uri]) for uri in uris], f"{FILE_URI} string, {FILE_INDEX} int, {SOURCE_FILE} string")
     return rows.join(F.broadcast(file_table), FILE_URI).select(
         RAW, FILE_INDEX, SOURCE_FILE, LINE_NUMBER, F.lit(None).cast("string").alias(READ_ERROR))
 
@@ -290,8 +291,8 @@ def _readable(spark: SparkSession, read, files: list[InputFile], listing: list[I
 def _unreadable_rows(spark: SparkSession, unreadable: dict[str, str], listing: list[InputFile]) -> DataFrame:
     """One row per unreadable file, standing for the whole file (line number 0, no raw bytes)."""
     ranks = {f.path: i for i, f in enumerate(listing)}
-    return spark.createDataFrame(
-        [(None, ranks[path], path, WHOLE_FILE, reason) for path, reason in sorted(unreadable.items())],
+    return local_frame(
+        spark, [(None, ranks[path], path, WHOLE_FILE, reason) for path, reason in sorted(unreadable.items())],
         f"{RAW} binary, {FILE_INDEX} int, {SOURCE_FILE} string, {LINE_NUMBER} long, {READ_ERROR} string")
 
 

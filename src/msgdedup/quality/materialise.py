@@ -22,6 +22,8 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from msgdedup.local_frames import local_frame
+
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 LIMIT_INITIAL_PARTITIONS = "spark.sql.limit.initialNumPartitions"
 
@@ -147,7 +149,7 @@ class SmallFrames:
             # ``limit(0)`` is optimised into an empty local relation: the aggregation is not run
             # again, and the joins to it are dropped from the table's plan.
             return frame.limit(0)
-        return F.broadcast(self._spark.createDataFrame(rows, frame.schema))
+        return F.broadcast(local_frame(self._spark, rows, frame.schema))
 
     def get(self, name: str) -> DataFrame:
         """The frame, once computed (local when small); re-raises what computing it raised."""

@@ -24,6 +24,8 @@ from typing import Mapping
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from msgdedup.local_frames import local_frame
+
 DUPLICATE = "duplicate"
 TRANSACTION_REJECTED = "transaction_rejected"
 
@@ -41,9 +43,9 @@ def cache_sizes(spark: SparkSession, manifest: Mapping) -> DataFrame:
          int(info.get("entries", 0)))
         for name, info in sorted((manifest.get("caches") or {}).items())
     ]
-    return spark.createDataFrame(
-        rows, "cache string, policy string, id_cache_size long, duplicate_window_us long, per_source_window long, "
-              "expiry_us long, manifest_entries long")
+    return local_frame(
+        spark, rows, "cache string, policy string, id_cache_size long, duplicate_window_us long, "
+                     "per_source_window long, expiry_us long, manifest_entries long")
 
 
 def repeated_message_ids(delivered: DataFrame, dropped: DataFrame) -> DataFrame:
@@ -329,8 +331,8 @@ def accounting_from_counts(spark: SparkSession, manifest: Mapping, counts: Mappi
     declared = manifest.get("counts") or {}
     actual = {name: int(counts[name]) for name in ("delivered", "dropped", "quarantined")}
     actual["input_lines"] = actual["delivered"] + actual["dropped"] + actual["quarantined"]
-    return spark.createDataFrame(
-        [(name, _int_or_none(declared.get(name)), actual[name], str(manifest.get("batch_id")))
+    return local_frame(
+        spark, [(name, _int_or_none(declared.get(name)), actual[name], str(manifest.get("batch_id")))
          for name in ACCOUNTED],
         "count string, declared long, actual long, batch_id string",
     )
@@ -404,8 +406,8 @@ def _apama_queues(id_cache: DataFrame) -> DataFrame:
     far apart the instants of its shared queue are (``_shared_span_us``). Few rows: Apama entries
     are bounded by their windows."""
     if "queue" not in id_cache.columns:  # a snapshot from before policies existed
-        return id_cache.sparkSession.createDataFrame(
-            [], "cache string, _longest_sender long, _sender string, _shared_span_us long")
+        return local_frame(
+            id_cache.sparkSession, [], "cache string, _longest_sender long, _sender string, _shared_span_us long")
     senders = (id_cache.where(F.col("queue") == "sender").groupBy("cache", "source_id").count()
                .groupBy("cache").agg(F.max_by("source_id", "count").alias("_sender"),
                                      F.max("count").alias("_longest_sender")))

@@ -1,0 +1,42 @@
+"""Frames of the few rows the driver already holds: per cache, per address, per input file.
+
+``SparkSession.createDataFrame`` given a list of rows pickles them, and every query that scans
+the frame unpickles them in a Python worker: a Python stage of its own, up to a couple of seconds
+on a busy 2-core machine, several times a batch (the profile in docs/benchmarks.md found ten of
+them in a 350-message batch, 40% of its stage time). Given an Arrow table, Spark reads the Arrow
+batches in the JVM and no Python worker is involved. pyspark has no public way to make such a
+frame from rows, hence this one function.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+
+def local_frame(spark: SparkSession, rows: Iterable[Sequence], schema: str | StructType) -> DataFrame:
+    """``rows`` (tuples or Rows in the order of ``schema``'s fields; a DDL string or a StructType)
+    as a DataFrame whose scans run in the JVM only."""
+    struct = schema if isinstance(schema, StructType) else StructType.fromDDL(schema)
+    arrow = to_arrow_schema(struct)
+    rows = [tuple(_plain(v) for v in row) for row in rows]
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(arrow)
+    arrays = [pa.array(list(c), type=f.type) for c, f in zip(columns, arrow, strict=True)]
+    table = pa.Table.from_arrays(arrays, schema=arrow)
+    return spark.createDataFrame(table, struct)
+
+
+def _plain(value):
+    """A Row (a struct collected from Spark) as the dict pyarrow takes for a struct; lists and
+    dicts of them likewise."""
+    if hasattr(value, "asDict"):
+        return {k: _plain(v) for k, v in value.asDict().items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value

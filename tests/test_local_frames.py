@@ -1,0 +1,30 @@
+"""local_frame: rows the driver holds, as a frame Spark scans without a Python worker."""
+
+from datetime import datetime
+
+from msgdedup.local_frames import local_frame
+
+
+def _plan(frame) -> str:
+    return frame._jdf.queryExecution().optimizedPlan().getClass().getSimpleName()
+
+
+def test_rows_come_back_as_given_and_the_frame_is_a_local_relation(spark):
+    frame = local_frame(spark, [("a", 1, None), ("b", None, True)], "address string, n long, checks boolean")
+    assert [tuple(r) for r in frame.collect()] == [("a", 1, None), ("b", None, True)]
+    assert _plan(frame) == "LocalRelation"  # no PythonRDD: nothing to unpickle in a worker
+
+
+def test_no_rows_keep_their_schema(spark):
+    frame = local_frame(spark, [], "cache string, floor long")
+    assert frame.collect() == [] and frame.columns == ["cache", "floor"]
+
+
+def test_collected_rows_of_nested_types_round_trip(spark):
+    source = spark.sql(
+        "select 'x' as a, map('k', 1) as m, array(named_struct('p', 1, 'q', 'z')) as arr, "
+        "named_struct('u', 2) as s, timestamp'2026-01-01 10:00:00' as ts, cast(null as binary) as b, X'01' as b2")
+    rows = source.collect()
+    frame = local_frame(spark, rows, source.schema)
+    assert frame.collect() == rows
+    assert rows[0]["ts"] == datetime(2026, 1, 1, 10, 0)
