@@ -1,5 +1,6 @@
 """local_frame: rows the driver holds, as a frame Spark scans without a Python worker."""
 
+import time
 from datetime import datetime
 
 from msgdedup.local_frames import local_frame
@@ -28,3 +29,16 @@ def test_collected_rows_of_nested_types_round_trip(spark):
     frame = local_frame(spark, rows, source.schema)
     assert frame.collect() == rows
     assert rows[0]["ts"] == datetime(2026, 1, 1, 10, 0)
+
+
+def test_a_collected_timestamp_is_the_same_instant_in_any_local_time_zone(spark, monkeypatch):
+    """Spark collects timestamps as naive local times; the frame must hold the same instant."""
+    source = spark.sql("select timestamp'2026-01-01 10:00:00' as ts")
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        rows = source.collect()
+        assert local_frame(spark, rows, source.schema).collect() == rows
+    finally:
+        monkeypatch.undo()
+        time.tzset()

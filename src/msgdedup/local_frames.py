@@ -10,6 +10,7 @@ frame from rows, hence this one function.
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Iterable, Sequence
 
 import pyarrow as pa
@@ -32,7 +33,10 @@ def local_frame(spark: SparkSession, rows: Iterable[Sequence], schema: str | Str
 
 def _plain(value):
     """A Row (a struct collected from Spark) as the dict pyarrow takes for a struct; lists and
-    dicts of them likewise."""
+    dicts of them likewise. A naive timestamp is what Spark collects: the instant in this
+    process's local time (pyarrow would take it for UTC)."""
+    if isinstance(value, datetime) and value.tzinfo is None:
+        return value.astimezone(timezone.utc)
     if hasattr(value, "asDict"):
         return {k: _plain(v) for k, v in value.asDict().items()}
     if isinstance(value, list):
