@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from msgdedup import reference_model as model
 from msgdedup.config import APAMA, parse_settings
 from msgdedup.engine import kernel, windows
-from msgdedup.engine.batch import run_batch
+from msgdedup.engine.batch import SMALL_INPUT_BYTES_CONF, run_batch
 from msgdedup.engine.filesystem import HadoopFS
 from msgdedup.engine.lease import WarehouseBusy
 from msgdedup.engine.warehouse import Warehouse
@@ -142,19 +142,30 @@ def test_kernel_decides_like_the_model(tmp_path_factory, first, second, configs)
 
 
 # -- engine vs model (real Spark) -------------------------------------------------------------------
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@pytest.fixture(params=["small", "large"])
+def planned(request, spark):
+    """Each engine-vs-model test runs half its examples planned as the small batches they are and
+    half planned as large data (adaptive execution, the session's shuffle partitions:
+    batch.planned_for), so both plans are held to the model."""
+    if request.param == "large":
+        spark.conf.set(SMALL_INPUT_BYTES_CONF, "-1")
+    yield spark
+    spark.conf.unset(SMALL_INPUT_BYTES_CONF)
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(scenario=operations(max_batches=3, max_runs=4))
-def test_engine_matches_the_model_on_multi_batch_streams(spark, tmp_path_factory, scenario):
-    _compare_with_the_model(spark, tmp_path_factory, scenario)
+def test_engine_matches_the_model_on_multi_batch_streams(planned, tmp_path_factory, scenario):
+    _compare_with_the_model(planned, tmp_path_factory, scenario)
 
 
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(scenario=operations(max_batches=3, max_runs=4, configs=POLICY_CONFIGS))
-def test_engine_matches_the_model_under_every_policy(spark, tmp_path_factory, scenario):
+def test_engine_matches_the_model_under_every_policy(planned, tmp_path_factory, scenario):
     """§8: time windows, Apama queues and domains, mixed, switched between batches and re-run."""
-    _compare_with_the_model(spark, tmp_path_factory, scenario)
+    _compare_with_the_model(planned, tmp_path_factory, scenario)
 
 
 def _compare_with_the_model(spark, tmp_path_factory, scenario) -> None:

@@ -1,7 +1,7 @@
 """The worked example of the semantics (docs/semantics.md §7), on the model and on Spark."""
 
 from msgdedup.config import parse_settings
-from msgdedup.engine.batch import run_batch
+from msgdedup.engine.batch import SMALL_INPUT_BYTES_CONF, run_batch
 from msgdedup.reference_model import ReferenceModel
 
 from tests.engine.support import message, model_view, outcome_view, write_batch
@@ -63,3 +63,22 @@ def test_engine_gives_the_worked_example(spark, tmp_path):
     counts = manifest["counts"]
     assert (counts["input_lines"], counts["delivered"], counts["dropped"], counts["quarantined"]) == (11, 8, 3, 0)
     assert counts["by_address"]["b"] == {"delivered": 1, "duplicate": 0, "transaction_rejected": 1}
+
+
+def test_planned_as_large_data_the_batch_is_the_same_and_the_session_keeps_its_settings(spark, tmp_path):
+    """batch.planned_for: a small input runs without adaptive execution, a large one with the
+    session's settings; both commit the same batch, and the session's settings are put back."""
+    write_batch(tmp_path / "raw", {"part-0.jsonl": EXAMPLE})
+    before = {key: spark.conf.get(key) for key in ("spark.sql.adaptive.enabled", "spark.sql.shuffle.partitions")}
+    views = {}
+    for plan, bound in (("small", None), ("large", "-1")):
+        if bound:
+            spark.conf.set(SMALL_INPUT_BYTES_CONF, bound)
+        try:
+            run_batch(spark, str(tmp_path / "raw"), str(tmp_path / plan), "2026-11-21T05", SETTINGS)
+        finally:
+            spark.conf.unset(SMALL_INPUT_BYTES_CONF)
+        views[plan] = outcome_view(tmp_path / plan, "2026-11-21T05")
+        assert {key: spark.conf.get(key) for key in before} == before
+    assert views["small"] == views["large"]
+    assert _outcomes(views["large"]) == EXPECTED_OUTCOME
