@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 from msgdedup import reference_model as model
 from msgdedup.config import APAMA, parse_settings
 from msgdedup.engine import kernel, windows
-from msgdedup.engine.batch import SMALL_INPUT_BYTES_CONF, run_batch
+from msgdedup.engine.batch import run_batch
+from msgdedup.engine.planning import SMALL_INPUT_BYTES_CONF
 from msgdedup.engine.filesystem import HadoopFS
 from msgdedup.engine.lease import WarehouseBusy
 from msgdedup.engine.warehouse import Warehouse
@@ -146,7 +147,7 @@ def test_kernel_decides_like_the_model(tmp_path_factory, first, second, configs)
 def planned(request, spark):
     """Each engine-vs-model test runs half its examples planned as the small batches they are and
     half planned as large data (adaptive execution, the session's shuffle partitions:
-    batch.planned_for), so both plans are held to the model."""
+    planning.planned_for), so both plans are held to the model."""
     if request.param == "large":
         spark.conf.set(SMALL_INPUT_BYTES_CONF, "-1")
     yield spark

@@ -1,7 +1,8 @@
 """The worked example of the semantics (docs/semantics.md §7), on the model and on Spark."""
 
 from msgdedup.config import parse_settings
-from msgdedup.engine.batch import SMALL_INPUT_BYTES_CONF, run_batch
+from msgdedup.engine.batch import run_batch
+from msgdedup.engine.planning import SMALL_INPUT_BYTES_CONF
 from msgdedup.reference_model import ReferenceModel
 
 from tests.engine.support import message, model_view, outcome_view, write_batch
@@ -66,7 +67,7 @@ def test_engine_gives_the_worked_example(spark, tmp_path):
 
 
 def test_planned_as_large_data_the_batch_is_the_same_and_the_session_keeps_its_settings(spark, tmp_path):
-    """batch.planned_for: a small input runs without adaptive execution, a large one with the
+    """planning.planned_for: a small input runs without adaptive execution, a large one with the
     session's settings; both commit the same batch, and the session's settings are put back."""
     write_batch(tmp_path / "raw", {"part-0.jsonl": EXAMPLE})
     before = {key: spark.conf.get(key) for key in ("spark.sql.adaptive.enabled", "spark.sql.shuffle.partitions")}

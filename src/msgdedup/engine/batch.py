@@ -12,10 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 import uuid
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Iterator
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Observation, SparkSession
@@ -25,6 +23,7 @@ from msgdedup import __version__, exit_codes
 from msgdedup.config import APAMA, COUNT, TIME, AddressSettings, ConfigError, load_settings
 from msgdedup.engine import audit, kernel, manifest as manifests, parsing, transforms, windows as cache_windows
 from msgdedup.engine.filesystem import HadoopFS
+from msgdedup.engine.planning import planned_for
 from msgdedup.engine.reading import InputError, list_input_files, read_lines
 from msgdedup.engine.lease import WarehouseBusy
 from msgdedup.engine.warehouse import CommitConflict, Transaction, Warehouse, failpoint
@@ -342,42 +341,6 @@ def _domains(spark: SparkSession, addresses: set[str], settings: AddressSettings
 # inside a default 1g driver), so the wide side is not shuffled. Spark's own choice goes by a
 # size estimate from file sizes, which is off by the columns the join does not read.
 BROADCAST_MAX_ROWS = 2_000_000
-
-
-# Inputs up to this size (some 150,000 JSON messages, an hourly partition of most topics) are
-# planned as small data (``planned_for``); a Spark setting of the session can move the bound.
-SMALL_INPUT_BYTES = 64 << 20
-SMALL_INPUT_BYTES_CONF = "spark.msgdedup.smallInputBytes"
-
-
-@contextmanager
-def planned_for(spark: SparkSession, input_bytes: int) -> Iterator[None]:
-    """Plan the queries of a small input without adaptive execution and with one shuffle partition
-    per core, then put the session's settings back.
-
-    Adaptive execution runs every shuffle stage as a Spark job of its own and re-plans between
-    them: a 20,000-message batch ran 47 jobs with it and 28 without (docs/benchmarks.md), and
-    200 shuffle partitions of a few rows each are 200 tasks to schedule. What adaptive execution
-    is for (skewed keys, joins it can turn into broadcasts, merging tiny partitions) does not
-    arise at this size; above it, the session's own settings apply. Changes no result: every
-    query is a deterministic function of its input whatever its plan. The session must run one
-    batch at a time (the CLI, the batch service and the DAG's app do)."""
-    if input_bytes > int(spark.conf.get(SMALL_INPUT_BYTES_CONF, str(SMALL_INPUT_BYTES))):
-        yield
-        return
-    small = {"spark.sql.adaptive.enabled": "false",
-             "spark.sql.shuffle.partitions": str(spark.sparkContext.defaultParallelism)}
-    before = {key: spark.conf.get(key, None) for key in small}
-    for key, value in small.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, value in before.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
 
 
 def _kept(frame: DataFrame, kept: list[DataFrame], level: StorageLevel = StorageLevel.MEMORY_AND_DISK) -> DataFrame:

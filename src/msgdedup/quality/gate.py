@@ -43,6 +43,7 @@ from pyspark.sql import DataFrame, SparkSession
 from msgdedup import exit_codes, layout
 from msgdedup.timing import StepTimer
 from msgdedup.engine.filesystem import HadoopFS, local_directory
+from msgdedup.engine.planning import small_plan
 from msgdedup.quality import tables
 from msgdedup.quality.checks import CHECKED_TABLES, DATA_DOCS_SITE
 from msgdedup.quality.materialise import MaterialisedTables, SmallFrames, gate_session
@@ -140,6 +141,15 @@ class GateResult:
             "data_docs_path": self.data_docs_path,
             "timings": self.timings,
         }
+
+
+def _input_bytes(manifest: dict) -> float:
+    """The batch's input size as its manifest lists it; infinite (planned as large) if the
+    manifest does not say: the gate also checks manifests it cannot trust."""
+    try:
+        return sum(int(f["size"]) for f in manifest["input"]["files"])
+    except (KeyError, TypeError, ValueError):
+        return float("inf")
 
 
 def read_manifest(spark: SparkSession, warehouse: str, batch_id: str) -> dict:
@@ -396,6 +406,9 @@ def run_gate(
     with timer.step("read"):
         batch = read_batch(session, warehouse, batch_id)
         parent_check = lineage(session, warehouse, batch_id, batch.manifest)
+    # A small batch's checks are planned as its dedup was (engine/planning.py); the session is the gate's own.
+    for key, value in small_plan(session, _input_bytes(batch.manifest)).items():
+        session.conf.set(key, value)
     quality_dir = (settings.quality_dir or layout.quality_dir(warehouse)).rstrip("/")
     local_quality = local_directory(quality_dir)
     if local_quality is not None:
