@@ -147,7 +147,7 @@ def test_kernel_decides_like_the_model(tmp_path_factory, first, second, configs)
 def planned(request, spark):
     """Each engine-vs-model test runs half its examples planned as the small batches they are and
     half planned as large data (adaptive execution, the session's shuffle partitions:
-    planning.planned_for), so both plans are held to the model."""
+    planning.session_for), so both plans are held to the model."""
     if request.param == "large":
         spark.conf.set(SMALL_INPUT_BYTES_CONF, "-1")
     yield spark

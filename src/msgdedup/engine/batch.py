@@ -23,7 +23,7 @@ from msgdedup import __version__, exit_codes
 from msgdedup.config import APAMA, COUNT, TIME, AddressSettings, ConfigError, load_settings
 from msgdedup.engine import audit, kernel, manifest as manifests, parsing, transforms, windows as cache_windows
 from msgdedup.engine.filesystem import HadoopFS
-from msgdedup.engine.planning import planned_for
+from msgdedup.engine.planning import session_for
 from msgdedup.engine.reading import InputError, list_input_files, read_lines
 from msgdedup.engine.lease import WarehouseBusy
 from msgdedup.engine.warehouse import CommitConflict, Transaction, Warehouse, failpoint
@@ -78,9 +78,8 @@ def _dedup_and_commit(spark: SparkSession, fs: HadoopFS, warehouse: Warehouse, t
 
     kept: list[DataFrame] = []  # intermediate frames, cached until the batch is checked
     try:
-        with planned_for(spark, sum(f.size for f in files)):
-            staged = _decide_and_stage(spark, warehouse, txn, files, parent_manifest, staging, settings,
-                                       invalidate_later, timer, kept)
+        staged = _decide_and_stage(session_for(spark, sum(f.size for f in files)), warehouse, txn, files,
+                                   parent_manifest, staging, settings, invalidate_later, timer, kept)
     finally:
         _release(kept)
     timer.lap("check")

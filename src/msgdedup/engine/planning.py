@@ -11,13 +11,10 @@ engine-vs-model property tests run under both).
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Iterator
-
 from pyspark.sql import SparkSession
 
 # Inputs up to this size (some 150,000 JSON messages, an hourly partition of most topics) are
-# planned as small data; a Spark setting of the session can move the bound.
+# planned as small data; a Spark setting of the session (or ``--conf`` of spark-submit) moves the bound.
 SMALL_INPUT_BYTES = 64 << 20
 SMALL_INPUT_BYTES_CONF = "spark.msgdedup.smallInputBytes"
 
@@ -31,19 +28,21 @@ def small_plan(spark: SparkSession, input_bytes: int) -> dict[str, str]:
             "spark.sql.shuffle.partitions": str(max(1, spark.sparkContext.defaultParallelism))}
 
 
-@contextmanager
-def planned_for(spark: SparkSession, input_bytes: int) -> Iterator[None]:
-    """``small_plan`` on ``spark`` while the block runs, then the session's settings back. The
-    session must run one batch at a time (the CLI, the batch service and the DAG's app do)."""
-    settings = small_plan(spark, input_bytes)
-    before = {key: spark.conf.get(key, None) for key in settings}
+def derived_session(spark: SparkSession, settings: dict[str, str]) -> SparkSession:
+    """A session of the same application (same SparkContext, same cache) with the caller's SQL
+    settings and ``settings`` on top: its own, so neither the caller's later queries nor a batch
+    running at the same time in another thread see them."""
+    session = spark.newSession()
+    for key, value in spark.conf.getAll.items():
+        if (key.startswith("spark.sql.") and spark.conf.isModifiable(key)) or key.startswith("spark.msgdedup."):
+            session.conf.set(key, value)
     for key, value in settings.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, value in before.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
+        session.conf.set(key, value)
+    return session
+
+
+def session_for(spark: SparkSession, input_bytes: int) -> SparkSession:
+    """The session a batch of ``input_bytes`` of input runs in: ``spark`` itself, or for a small
+    input a ``derived_session`` with ``small_plan``."""
+    settings = small_plan(spark, input_bytes)
+    return derived_session(spark, settings) if settings else spark

@@ -22,6 +22,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from msgdedup.engine.planning import derived_session
 from msgdedup.local_frames import local_frame
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
@@ -45,11 +46,8 @@ def gate_session(spark: SparkSession) -> SparkSession:
     a cached table at once (below). A session of its own keeps these settings out of the
     caller's queries (the dedup step may share the application).
     """
-    session = spark.newSession()
+    session = derived_session(spark, {})
     configured = spark.conf.getAll
-    for key, value in configured.items():
-        if key.startswith("spark.sql.") and spark.conf.isModifiable(key):
-            session.conf.set(key, value)
     parallelism = max(1, spark.sparkContext.defaultParallelism)
     if SHUFFLE_PARTITIONS not in configured:
         session.conf.set(SHUFFLE_PARTITIONS, str(2 * parallelism))
