@@ -76,13 +76,18 @@ def window_misses(verdicts: DataFrame, units: DataFrame, earlier: DataFrame, key
     would have been dropped.
     """
     delivered = verdicts.filter((F.col("outcome") == kernel.DELIVERED) & F.col("cache").isNotNull())
+    unit_of = units.select("row_id", "unit_row")
+    # The audited messages (few: delivered, of a key that can have an earlier acceptance), each
+    # with its unit; only their units are looked at, so no join moves every delivered row.
+    of_keys = delivered.join(F.broadcast(keys), ["cache", "dedup_key"], "left_semi")
+    audited = F.broadcast(of_keys).join(unit_of, "row_id")
     # A transaction's lookup comes before its first acceptance on each cache; a single message's
-    # first acceptance is its own. Only transactions need an aggregation (few rows).
-    in_txn = (delivered.join(units.filter(F.col("unit_row") != F.col("row_id")).select("row_id", "unit_row"), "row_id")
+    # first acceptance is its own. The other messages of the audited messages' transactions:
+    others = unit_of.filter(F.col("unit_row") != F.col("row_id")).join(
+        F.broadcast(audited.select("unit_row").distinct()), "unit_row", "left_semi")
+    in_txn = (delivered.join(F.broadcast(others), "row_id")
               .groupBy("cache", "unit_row").agg(F.min("cache_seq").alias("txn_first")))
-    audited = (delivered.join(F.broadcast(keys), ["cache", "dedup_key"], "left_semi")
-               .join(units.select("row_id", "unit_row"), "row_id")
-               .join(in_txn, ["cache", "unit_row"], "left"))
+    audited = audited.join(in_txn, ["cache", "unit_row"], "left")
     mine = audited.select(*ENTRY_COLUMNS[:5], F.lit(batch_id).alias("accepted_batch_id"), "received_at_us",
                           F.coalesce("txn_first", "cache_seq").alias("unit_first"), F.lit(True).alias("this_batch"))
     before = earlier.select(*ENTRY_COLUMNS, F.lit(None).cast("long").alias("unit_first"),
