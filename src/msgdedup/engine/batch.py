@@ -152,14 +152,14 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     keys = valid.select(*transforms.KEY_COLUMNS)
     repeated_ids = _kept(transforms.repeated_message_ids(keys), kept)
     flagged = _kept(transforms.flag_duplicate_message_ids(
-        keys, _broadcast_within(repeated_ids, input_lines), [f.path for f in files]), kept)
+        keys, _broadcast_if_small(repeated_ids, repeated_ids.count()), [f.path for f in files]), kept)
     parent_snapshot = _parent_snapshot(spark, warehouse, parent, windows)
     messages = transforms.messages(flagged)
     batch_keys = _kept(transforms.batch_keys(messages), kept)
     parent_left = _parent_left_keys(spark, warehouse, parent, windows) if settings.audit_horizon else None
     keys_side = batch_keys
     if parent_snapshot is not None or parent_left is not None:
-        keys_side = _broadcast_within(batch_keys, input_lines)
+        keys_side = _broadcast_if_small(batch_keys, batch_keys.count())
     # the parent's entries the batch's keys can meet: in its snapshot, and in its record of keys
     # that left their window (§9, the window-miss audit); every entry of an Apama cache
     counted = None if parent_snapshot is None else parent_snapshot.filter(~F.col("cache").isin(apama or [""]))
@@ -169,7 +169,7 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     if apama and parent_snapshot is not None:
         kernel_entries = entries_met.unionByName(parent_snapshot.filter(F.col("cache").isin(apama)))
     repeated_keys = _kept(transforms.repeated_keys(batch_keys, entries_met), kept)
-    marked = transforms.mark_repeated(messages, _broadcast_within(repeated_keys, input_lines), apama)
+    marked = transforms.mark_repeated(messages, _broadcast_if_small(repeated_keys, repeated_keys.count()), apama)
     units = _kept(transforms.rank_in_caches(transforms.assign_units(marked)), kept)
     decisions = _kept(transforms.decide(transforms.decision_stream(units, kernel_entries), windows, txn.batch_id),
                       kept)
@@ -368,13 +368,6 @@ def _release(kept: list[DataFrame]) -> None:
 
 def _broadcast_if_small(frame: DataFrame, rows: int) -> DataFrame:
     return F.broadcast(frame) if rows <= BROADCAST_MAX_ROWS else frame
-
-
-def _broadcast_within(frame: DataFrame, at_most: int) -> DataFrame:
-    """``_broadcast_if_small`` for a frame of at most ``at_most`` rows (the batch's repeated ids
-    or keys: never more than its lines): counted, a Spark job, only when that bound is too high
-    to decide."""
-    return _broadcast_if_small(frame, at_most if at_most <= BROADCAST_MAX_ROWS else frame.count())
 
 
 def _starts(spark: SparkSession, windows: dict[str, cache_windows.CacheWindow]) -> DataFrame:
