@@ -367,6 +367,11 @@ def _release(kept: list[DataFrame]) -> None:
 
 
 def _broadcast_if_small(frame: DataFrame, rows: int) -> DataFrame:
+    """``frame`` as the broadcast side of a join if it has at most BROADCAST_MAX_ROWS ``rows``.
+    The callers count a kept frame for this even where the batch's line count would bound it:
+    without the count, the frame is first computed inside the broadcast's job, and in about one
+    run in four Spark then logged "Failed to update accumulator" stack traces when the
+    application stopped (seen after a refused batch's one-line error)."""
     return F.broadcast(frame) if rows <= BROADCAST_MAX_ROWS else frame
 
 
