@@ -67,8 +67,9 @@ def test_engine_gives_the_worked_example(spark, tmp_path):
 
 
 def test_planned_as_large_data_the_batch_is_the_same_and_the_session_keeps_its_settings(spark, tmp_path):
-    """planning.session_for: a small input runs without adaptive execution, a large one with the
-    session's settings; both commit the same batch, and the session's settings are put back."""
+    """planning.session_for: a small input runs without adaptive execution (in a session of its
+    own), a large one with the session's settings; both commit the same batch, and the caller's
+    session is left as it was."""
     write_batch(tmp_path / "raw", {"part-0.jsonl": EXAMPLE})
     before = {key: spark.conf.get(key) for key in ("spark.sql.adaptive.enabled", "spark.sql.shuffle.partitions")}
     views = {}

@@ -28,8 +28,8 @@ from msgdedup.engine.reading import InputError, list_input_files, read_lines
 from msgdedup.engine.lease import WarehouseBusy
 from msgdedup.engine.warehouse import CommitConflict, Transaction, Warehouse, failpoint
 from msgdedup.layout import LEFT_KEYS, BatchIdError, validate_batch_id
-from msgdedup.timing import StepTimer
 from msgdedup.local_frames import local_frame
+from msgdedup.timing import StepTimer
 
 PROG = "dedup_batch"
 
@@ -378,7 +378,7 @@ def _broadcast_if_small(frame: DataFrame, rows: int) -> DataFrame:
 def _starts(spark: SparkSession, windows: dict[str, cache_windows.CacheWindow]) -> DataFrame:
     """Per cache, where it starts: its counter and time, and whether it keeps instants."""
     return local_frame(spark, [(name, w.last_seq, w.clock_us, w.policy != COUNT) for name, w in windows.items()],
-                                 "cache string, last_seq long, clock_us long, timed boolean")
+                       "cache string, last_seq long, clock_us long, timed boolean")
 
 
 def _limits(spark: SparkSession, caches: dict[str, dict]) -> DataFrame:

@@ -318,10 +318,9 @@ def within_limits() -> Column:
 
 def snapshot(entries: DataFrame, limits: DataFrame, apama_entries: DataFrame) -> DataFrame:
     """The new ID cache. Count and time caches: their ``entries`` (the parent's carried ones and
-    this batch's ``acceptances``) still within their limits (``limits``: ``cache``, ``floor`` =
-    new counter - count limit, ``oldest_us`` = the cache's time - duplicate_window, either null
-    when the window has no such limit; small), since both only ever expire from the oldest end
-    (§3, §8.3). Apama caches: the queues the kernel reports (``apama_entries``)."""
+    this batch's ``acceptances``) still within their limits (``limits``: ``cache`` and its
+    ``snapshot_limits``; small), ``within_limits``. Apama caches: the queues the kernel reports
+    (``apama_entries``)."""
     kept = entries.join(F.broadcast(limits), "cache").filter(within_limits()).select(*SNAPSHOT_COLUMNS)
     return kept.unionByName(apama_entries.select(*SNAPSHOT_COLUMNS))
 
