@@ -15,6 +15,8 @@ import pytest
 from msgdedup.config import parse_settings
 from msgdedup.engine.batch import run_batch
 from msgdedup.quality import run_gate
+from tests.engine.support import message
+from tests.engine.test_policies_model import APAMA_EXAMPLE
 
 ROOT = Path(__file__).resolve().parents[2]
 SPARK_SUBMIT = ROOT / ".venv" / "bin" / "spark-submit"
@@ -175,16 +177,23 @@ def gate_command(*args) -> tuple[int, str]:
     return done.returncode, done.stdout + done.stderr
 
 
-# §8: a time window of 10 s (payments) and an Apama cache (orders, one sender) over two hours.
+# §8: a time window of 10 s (payments), an Apama cache (orders, one sender), the Apama worked example
+# of §8.2 (jms) and an Apama cache without a shared queue (ops), over two hours.
 POLICIES = parse_settings({"address_settings": {
     "orders.eu": {"policy": "apama", "per_source_window": 2, "expiry_seconds": 5},
-    "payments.eu": {"policy": "time", "duplicate_window": 10}}})
+    "payments.eu": {"policy": "time", "duplicate_window": 10},
+    "jms": {"policy": "apama", "per_source_window": 2, "expiry_seconds": 10},  # as test_policies_model.APAMA
+    "ops": {"policy": "apama", "per_source_window": 2, "expiry_seconds": 0}}})
 TIMED5 = [msg("p1", 1, "x", address="payments.eu"), msg("p2", 5, "x", address="payments.eu"),
           msg("p3", 12, "x", address="payments.eu"),                   # 11 s after p1: delivered again
           msg("a1", 1, "a", address="orders.eu"), msg("a2", 2, "b", address="orders.eu"),
-          msg("a3", 3, "c", address="orders.eu"), msg("a4", 4, "a", address="orders.eu")]
+          msg("a3", 3, "c", address="orders.eu"), msg("a4", 4, "a", address="orders.eu"),
+          *APAMA_EXAMPLE,                                              # m10: a1 again, 23 s after m1
+          message("o1", "ops", 0, key="q1", source_id="S"), message("o2", "ops", 1, key="q2", source_id="S")]
 TIMED6 = [msg("q1", 20, "x", address="payments.eu"),                   # 8 s after p3 (the clock: 12 s)
-          msg("q2", 25, "y", address="payments.eu"), msg("b1", 30, "a", address="orders.eu")]
+          msg("q2", 25, "y", address="payments.eu"), msg("b1", 30, "a", address="orders.eu"),
+          message("o3", "ops", 2, key="q3", source_id="S"),            # S's queue: [q2 q3], q1 forgotten
+          message("o4", "ops", 3, key="q1", source_id="S")]            # delivered again: q2, q3 since
 
 
 def test_time_and_apama_batches_pass_and_a_narrower_declared_window_fails(spark, tmp_path):
@@ -194,20 +203,41 @@ def test_time_and_apama_batches_pass_and_a_narrower_declared_window_fails(spark,
     manifest_path = warehouse / "runs" / f"{H5}.json"
     manifest = json.loads(manifest_path.read_text())
     assert {name: c["policy"] for name, c in manifest["caches"].items()} == {
-        "orders.eu": "apama", "payments.eu": "time"}
-    assert manifest["counts"]["by_reason"]["duplicate"] == 2  # p2, and a4 (a in the shared queue)
+        "orders.eu": "apama", "payments.eu": "time", "jms": "apama", "ops": "apama"}
+    # p2, a4 (a in the shared queue) and the worked example's m5, m6, m11, m12, m14
+    assert manifest["counts"]["by_reason"] == {"duplicate": 7, "transaction_rejected": 1}
+    assert json.loads((warehouse / "runs" / f"{H6}.json").read_text())["counts"]["delivered"] == 3  # q2, o3, o4
     for batch_id in (H5, H6):
         assert run_gate(spark, str(warehouse), batch_id).success
 
-    # Declaring a wider window than the engine applied: p3, delivered 11 s after p1, now lies
-    # inside it, and the gate names it.
-    manifest["caches"]["payments.eu"]["duplicate_window_us"] = 11_000_000
-    manifest_path.write_text(json.dumps(manifest))
-    result = run_gate(spark, str(warehouse), H5)
-    assert failed(result) == {WINDOW}
-    window = next(e for e in result.expectations if e.suite == "key_window" and e.kwargs.get("column") == WINDOW[2])
-    assert [r["message_id"] for r in window.sample_rows] == ["p3"]
-    assert "delivered again 11.000000 s" in window.sample_rows[0]["duplicate_within_window"]
+    def declare(batch_id: str, cache: str, **window) -> list[dict]:
+        """Declare a wider window than the engine applied: the gate must name what lies inside it."""
+        path = warehouse / "runs" / f"{batch_id}.json"
+        declared = json.loads(path.read_text())
+        original = dict(declared["caches"][cache])
+        declared["caches"][cache].update(window)
+        path.write_text(json.dumps(declared))
+        result = run_gate(spark, str(warehouse), batch_id)
+        declared["caches"][cache] = original
+        path.write_text(json.dumps(declared))
+        assert failed(result) == {WINDOW}
+        window_result = next(e for e in result.expectations
+                             if e.suite == "key_window" and e.kwargs.get("column") == WINDOW[2])
+        return window_result.sample_rows
+
+    # p3, delivered 11 s after p1, lies inside a window of 11 s.
+    (p3,) = declare(H5, "payments.eu", duplicate_window_us=11_000_000)
+    assert p3["message_id"] == "p3" and "delivered again 11.000000 s" in p3["duplicate_within_window"]
+    # m10 (a1 again, 23 s after m1, which A had resent and which had left the shared queue) lies
+    # inside an expiry of 30 s.
+    (m10,) = declare(H5, "jms", expiry_seconds=30)
+    assert m10["message_id"] == "m10" and "delivered again 23.000000 s after m1" in m10["duplicate_within_window"]
+    # o4 (q1 again from S, two keys of S later, q1's acceptance in the parent snapshot) is inside a
+    # per-sender queue of 3.
+    (o4,) = declare(H6, "ops", per_source_window=3)
+    assert o4["message_id"] == "o4" and o4["duplicate_within_window"] == (
+        f"ops key q1: o4 delivered again while sender S's queue still held it: the sender had 2 keys "
+        f"accepted since o1 (batch {H5}), its per_source_window is 3")
 
     # Declaring a smaller per-sender window than the engine applied: the Apama snapshot of the next
     # batch holds two keys of the sender without source_id, and the gate says so.

@@ -11,6 +11,10 @@ def frame(spark, rows, ddl):
     return spark.createDataFrame([tuple(r.get(c) for c in columns) for r in rows], ddl)
 
 
+def none_dropped(spark):
+    return frame(spark, [], DROPPED_DDL)
+
+
 def sizes(spark, **caches):
     return tables.cache_sizes(spark, {"caches": {c: {"id_cache_size": s, "entries": 0} for c, s in caches.items()}})
 
@@ -27,7 +31,8 @@ def test_key_window_measures_the_gap_to_the_parent_snapshot_and_within_the_batch
         delivered("n6", 6, "k1", 10),  # first time seen
     ], DELIVERED_DDL)
 
-    rows = {r.message_id: r for r in tables.key_window(batch, parent, sizes(spark, **{"orders.eu": 3}), "B2").collect()}
+    rows = {r.message_id: r for r in tables.key_window(
+        batch, none_dropped(spark), parent, sizes(spark, **{"orders.eu": 3}), "B2").collect()}
 
     assert set(rows) == {"n1", "n2", "n3", "n4", "n6"}
     assert (rows["n1"].prev_message_id, rows["n1"].seq_gap, rows["n1"].prev_batch_id) == ("m4", 1, "B1")
@@ -108,7 +113,8 @@ def test_key_window_names_deliveries_that_share_a_cache_seq(spark):
     ], DELIVERED_DDL)
 
     rows = {r.message_id: r.shared_cache_seq
-            for r in tables.key_window(batch, parent, sizes(spark, **{"orders.eu": 3, "billing": 3}), "B1").collect()}
+            for r in tables.key_window(batch, none_dropped(spark), parent,
+                                       sizes(spark, **{"orders.eu": 3, "billing": 3}), "B1").collect()}
 
     assert rows["n1"] == "orders.eu cache_seq 5 is used by 2 deliveries (message_id n1 to n2); this one: n1, key k1"
     assert rows["n2"].endswith("this one: n2, key k2")
@@ -133,9 +139,68 @@ def test_tables_are_the_same_with_their_exceptions_computed_first(spark):
     def rows(df):
         return sorted((tuple(r) for r in df.collect()), key=repr)
 
-    assert rows(tables.key_window(batch, parent, size, "B2",
+    assert rows(tables.key_window(batch, gone, parent, size, "B2",
                                   local(tables.keys_accepted_again(batch, parent, "B2")),
                                   local(tables.shared_cache_seqs(batch)))) == rows(
-        tables.key_window(batch, parent, size, "B2"))
+        tables.key_window(batch, gone, parent, size, "B2"))
     assert rows(tables.messages(batch, gone, local(tables.repeated_message_ids(batch, gone)))) == rows(
         tables.messages(batch, gone))
+
+
+# §8.2: an Apama cache ``jms`` with per-sender queues of 2 and a shared queue of 10 s.
+APAMA_DELIVERED_DDL = DELIVERED_DDL + ", entered_at_us long"
+APAMA_ID_CACHE_DDL = ID_CACHE_DDL + ", received_at_us long, source_id string, queue string"
+
+
+def _apama_delivered(message_id, key, seq, source, at):
+    row = delivered(message_id, seq, key, seq, address="jms")
+    row.update(source_id=source, entered_at_us=at * 1_000_000)
+    return row
+
+
+def _apama_resend(message_id, key, of, source, txn=None):
+    row = dropped(message_id, 50, key, "duplicate", of, txn=txn, address="jms")
+    row.update(source_id=source)
+    return row
+
+
+def _apama_entry(key, seq, message_id, source, at, queue):
+    row = entry(key, seq, message_id, "B1", cache="jms")
+    row.update(received_at_us=at * 1_000_000, source_id=source, queue=queue)
+    return row
+
+
+def test_key_window_proves_an_apama_key_left_its_senders_queue_and_the_shared_queue(spark):
+    parent = frame(spark, [_apama_entry("a1", 1, "p1", "A", 0, "sender"), _apama_entry("a2", 2, "p2", "A", 1, "sender"),
+                           _apama_entry("s1", 3, "p3", "B", 2, "shared")], APAMA_ID_CACHE_DDL)
+    batch = frame(spark, [
+        _apama_delivered("n4", "s1", 4, "B", 8),      # s1 entered the shared queue at 2 s: 6 s ago
+        _apama_delivered("n1", "x1", 5, "A", 30),     # A's queue: a1 pushed out, [a2 x1]
+        _apama_delivered("n2", "a2", 6, "A", 31),     # a2 still in A's queue: one key since
+        _apama_delivered("n3", "a1", 7, "A", 32),     # a1 pushed out (3 keys since), 32 s ago: fine
+        _apama_delivered("n5", "c1", 8, "C", 40),
+        _apama_delivered("n6", "c1", 9, "C", 52),     # C resent c1 (moved to the shared queue), 12 s: fine
+        _apama_delivered("n7", "d1", 10, "D", 60),
+        _apama_delivered("n8", "d1", 11, "D", 75),    # D's resend was inside a transaction: moved nothing
+        _apama_delivered("n9", "e1", 12, "E", 80),
+        _apama_delivered("n10", "e1", 13, "F", 95),   # another sender: e1 is still in E's queue
+        _apama_delivered("n11", "z1", 14, None, 100),
+        _apama_delivered("n12", "y1", 15, None, 101),
+        _apama_delivered("n13", "y2", 16, None, 102),
+        _apama_delivered("n14", "z1", 17, None, 120),  # the no-source queue pushed z1 out, 20 s ago: fine
+    ], APAMA_DELIVERED_DDL)
+    resends = frame(spark, [_apama_resend("r1", "c1", "n5", "C"), _apama_resend("r2", "d1", "n7", "D", txn="T9")],
+                    DROPPED_DDL)
+    size = tables.cache_sizes(spark, {"caches": {"jms": {"policy": "apama", "per_source_window": 2,
+                                                         "expiry_seconds": 10, "entries": 0}}})
+
+    findings = {r.message_id: r.duplicate_within_window
+                for r in tables.key_window(batch, resends, parent, size, "B2").collect()}
+
+    assert {m for m, f in findings.items() if f} == {"n4", "n2", "n8", "n10"}, findings
+    assert findings["n2"] == ("jms key a2: n2 delivered again while sender A's queue still held it: the sender had "
+                              "1 keys accepted since p2 (batch B1), its per_source_window is 2")
+    assert "the sender had 0 keys accepted since n7" in findings["n8"]
+    assert "while sender E's queue still held it" in findings["n10"]
+    assert findings["n4"] == ("jms key s1: n4 delivered again 6.000000 s after p3 (batch B1), inside the shared "
+                              "queue's expiry_seconds of 10")

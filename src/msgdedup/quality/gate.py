@@ -278,10 +278,15 @@ def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str,
         counts = tables.output_counts(batch.delivered, batch.dropped, batch.quarantine).first()
         return tables.accounting_from_counts(spark, batch.manifest, counts.asDict())
 
+    def key_window() -> DataFrame:
+        again = get("keys_accepted_again")
+        few = small is not None and small.rows.get("keys_accepted_again") is not None  # brought to the driver
+        return tables.key_window(batch.delivered, batch.dropped, batch.parent_id_cache, sizes, batch_id,
+                                 again, get("shared_cache_seqs"), few_repeats=few)
+
     return {
         "messages": lambda: tables.messages(batch.delivered, batch.dropped, get("repeated_message_ids")),
-        "key_window": lambda: tables.key_window(batch.delivered, batch.parent_id_cache, sizes, batch_id,
-                                                get("keys_accepted_again"), get("shared_cache_seqs")),
+        "key_window": key_window,
         "transactions": lambda: tables.transactions(batch.delivered, batch.dropped),
         "accounting": accounting,
         "id_cache": lambda: tables.id_cache_occupancy(batch.id_cache, sizes),

@@ -106,9 +106,10 @@ def _same_key(left: DataFrame, right: DataFrame, columns: tuple[str, ...], how: 
     return left.join(renamed, condition, how)
 
 
-def _column_or_null(frame: DataFrame, column: str) -> Column:
-    """An instant column of an output written before policies existed is missing: null."""
-    return F.col(column) if column in frame.columns else F.lit(None).cast("long")
+def _column_or_null(frame: DataFrame, column: str, kind: str = "long") -> Column:
+    """A column of an output written before policies existed (an instant, a sender, a queue) is
+    missing: null."""
+    return F.col(column) if column in frame.columns else F.lit(None).cast(kind)
 
 
 def _entry_policy(id_cache: DataFrame) -> Column:
@@ -128,6 +129,8 @@ def _current_acceptances(delivered: DataFrame, batch_id: str) -> DataFrame:
         F.lit(batch_id).alias("accepted_batch_id"), F.lit(True).alias("_in_batch"),
         _column_or_null(delivered, "entered_at_us").alias("entered_at_us"),
         F.lit(None).cast("string").alias("_policy"),
+        _column_or_null(delivered, "source_id", "string").alias("source_id"),
+        F.lit("sender").alias("_queue"),  # an accepted key enters its sender's queue (Apama, §8.2)
     )
 
 
@@ -137,6 +140,8 @@ def _acceptances(delivered: DataFrame, parent_id_cache: DataFrame, batch_id: str
         "cache", "dedup_key", "cache_seq", "message_id", "accepted_batch_id",
         F.lit(False).alias("_in_batch"), _column_or_null(parent_id_cache, "received_at_us").alias("entered_at_us"),
         _entry_policy(parent_id_cache).alias("_policy"),
+        _column_or_null(parent_id_cache, "source_id", "string").alias("source_id"),
+        _column_or_null(parent_id_cache, "queue", "string").alias("_queue"),
     )
     return _current_acceptances(delivered, batch_id).unionByName(history)
 
@@ -165,8 +170,18 @@ def shared_cache_seqs(delivered: DataFrame) -> DataFrame:
     )
 
 
-def key_window(delivered: DataFrame, parent_id_cache: DataFrame, sizes: DataFrame, batch_id: str,
-               again: DataFrame | None = None, shared_numbers: DataFrame | None = None) -> DataFrame:
+# The columns of an acceptance that ``key_window`` puts beside the next acceptance of its key.
+_PREVIOUS = {
+    "message_id": ("prev_message_id", "string"), "cache_seq": ("prev_cache_seq", "long"),
+    "accepted_batch_id": ("prev_batch_id", "string"), "_in_batch": ("prev_in_batch", "boolean"),
+    "entered_at_us": ("prev_entered_at_us", "long"), "_policy": ("prev_policy", "string"),
+    "source_id": ("prev_source_id", "string"), "_queue": ("prev_queue", "string"),
+}
+
+
+def key_window(delivered: DataFrame, dropped: DataFrame, parent_id_cache: DataFrame, sizes: DataFrame,
+               batch_id: str, again: DataFrame | None = None, shared_numbers: DataFrame | None = None,
+               few_repeats: bool = False) -> DataFrame:
     """Each checked delivered message next to the previous acceptance of its key.
 
     The previous acceptance is looked for among this batch's deliveries and the parent's ID
@@ -175,10 +190,10 @@ def key_window(delivered: DataFrame, parent_id_cache: DataFrame, sizes: DataFram
     pushed out: its two ``cache_seq`` must be more than ``id_cache_size`` apart. A time cache
     (§8.3) forgets a key once either limit is passed: its two acceptances must be more than
     ``duplicate_window`` apart in the instants they entered with, or more than its cap apart.
+    An Apama cache (§8.2) forgets a key only after it left its sender's queue and then the
+    shared queue (``_apama_sender_gaps`` says what the outputs prove of each).
     A previous acceptance of another policy (the parent's entries of a cache whose policy changed
     started it empty, §8.5) is no finding.
-    An Apama cache's promise depends on each sender's order, which the outputs do not keep: its
-    occupancy is checked (``id_cache_occupancy``), not its window.
     A key that is not in the parent snapshot was pushed out before this batch, which can only
     make the gap larger, so the snapshot is all the history needed.
 
@@ -186,7 +201,8 @@ def key_window(delivered: DataFrame, parent_id_cache: DataFrame, sizes: DataFram
     previous acceptance; they are found by aggregation (``keys_accepted_again``) and only their
     acceptances are put in order, the rest has none. ``again`` and ``shared_numbers``
     (``shared_cache_seqs``) may be given already computed: the gate computes them once and
-    broadcasts them when they are small, so the deliveries are never shuffled.
+    broadcasts them when they are small, so the deliveries are never shuffled; ``few_repeats``
+    says ``again`` is such a small frame, so the Apama repeats are few enough to broadcast too.
     """
     current = _current_acceptances(delivered, batch_id)
     acceptances = _acceptances(delivered, parent_id_cache, batch_id)
@@ -197,34 +213,25 @@ def key_window(delivered: DataFrame, parent_id_cache: DataFrame, sizes: DataFram
     by_key = Window.partitionBy(*_KEY).orderBy(
         F.col("cache_seq").asc_nulls_first(), F.col("_in_batch"), F.col("message_id")
     )
-    repeated = (
-        _same_key(acceptances, again, _KEY, "left_semi")
-        .withColumn("prev_message_id", F.lag("message_id").over(by_key))
-        .withColumn("prev_cache_seq", F.lag("cache_seq").over(by_key))
-        .withColumn("prev_batch_id", F.lag("accepted_batch_id").over(by_key))
-        .withColumn("prev_in_batch", F.lag("_in_batch").over(by_key))
-        .withColumn("prev_entered_at_us", F.lag("entered_at_us").over(by_key))
-        .withColumn("prev_policy", F.lag("_policy").over(by_key))
-        .where(F.col("_in_batch"))
-    )
+    repeated = _same_key(acceptances, again, _KEY, "left_semi").select(
+        "*", *[F.lag(column).over(by_key).alias(name) for column, (name, _) in _PREVIOUS.items()]
+    ).where(F.col("_in_batch"))
+    repeated = _apama_sender_gaps(repeated, delivered, dropped, parent_id_cache, sizes, few_repeats)
     first = _same_key(current, again, _KEY, "left_anti").select(
-        "*",
-        F.lit(None).cast("string").alias("prev_message_id"),
-        F.lit(None).cast("long").alias("prev_cache_seq"),
-        F.lit(None).cast("string").alias("prev_batch_id"),
-        F.lit(None).cast("boolean").alias("prev_in_batch"),
-        F.lit(None).cast("long").alias("prev_entered_at_us"),
-        F.lit(None).cast("string").alias("prev_policy"),
+        "*", *[F.lit(None).cast(kind).alias(name) for name, kind in _PREVIOUS.values()],
+        F.lit(None).cast("long").alias("_sender_since"), F.lit(None).cast("boolean").alias("_resent"),
     )
     placed = (
         repeated.unionByName(first)
-        .drop("_in_batch", "accepted_batch_id", "_policy")
-        .join(sizes.select("cache", "policy", "id_cache_size", "duplicate_window_us"), "cache", "left")
+        .drop("_in_batch", "accepted_batch_id", "_policy", "source_id", "_queue", "prev_queue")
+        .join(sizes.select("cache", "policy", "id_cache_size", "duplicate_window_us", "per_source_window",
+                           "expiry_us"), "cache", "left")
         .withColumn("seq_gap", F.col("cache_seq") - F.col("prev_cache_seq"))
         .withColumn("time_gap_us", F.col("entered_at_us") - F.col("prev_entered_at_us"))
     )
     same_policy = F.col("prev_in_batch") | (F.col("prev_policy") == F.col("policy"))
     within_count = F.col("id_cache_size").isNull() | (F.col("seq_gap") <= F.col("id_cache_size"))
+    apama = (F.col("policy") == "apama") & same_policy
     violation = F.when(
         (F.col("policy") == "count") & same_policy & (F.col("seq_gap") <= F.col("id_cache_size")),
         F.format_string(
@@ -242,6 +249,22 @@ def key_window(delivered: DataFrame, parent_id_cache: DataFrame, sizes: DataFram
             "cache", "dedup_key", "message_id", F.col("time_gap_us") / 1e6, "seq_gap",
             "prev_message_id", "prev_batch_id", F.col("duplicate_window_us") / 1e6,
         ),
+    ).when(
+        apama & (F.col("_sender_since") < F.col("per_source_window")) & ~F.col("_resent"),
+        F.format_string(
+            "%s key %s: %s delivered again while sender %s's queue still held it: the sender had "
+            "%d keys accepted since %s (batch %s), its per_source_window is %d",
+            "cache", "dedup_key", "message_id", F.coalesce(F.col("prev_source_id"), F.lit("(no source)")),
+            "_sender_since", "prev_message_id", "prev_batch_id", "per_source_window",
+        ),
+    ).when(
+        apama & (F.col("expiry_us") > 0) & (F.col("time_gap_us") <= F.col("expiry_us")),
+        F.format_string(
+            "%s key %s: %s delivered again %.6f s after %s (batch %s), inside the shared queue's "
+            "expiry_seconds of %d",
+            "cache", "dedup_key", "message_id", F.col("time_gap_us") / 1e6, "prev_message_id", "prev_batch_id",
+            (F.col("expiry_us") / 1_000_000).cast("long"),
+        ),
     )
     # cache_seq numbers a cache's acceptances: two deliveries sharing one in this batch
     # means one acceptance was counted twice (and the window arithmetic above is off).
@@ -252,10 +275,62 @@ def key_window(delivered: DataFrame, parent_id_cache: DataFrame, sizes: DataFram
             "cache", "cache_seq", "_sharing", "_first_id", "_last_id", "message_id", "dedup_key",
         ),
     )
+    columns = [c for c in placed.columns if c not in ("_sender_since", "_resent", "per_source_window", "expiry_us")]
     return (
         placed.join(shared_numbers, ["cache", "cache_seq"], "left")
-        .select(*placed.columns, violation.alias("duplicate_within_window"), shared.alias("shared_cache_seq"))
+        .select(*columns, violation.alias("duplicate_within_window"), shared.alias("shared_cache_seq"))
     )
+
+
+def _apama_sender_gaps(repeated: DataFrame, delivered: DataFrame, dropped: DataFrame, parent_id_cache: DataFrame,
+                       sizes: DataFrame, broadcast: bool) -> DataFrame:
+    """``repeated`` with ``_sender_since`` and ``_resent`` for the Apama deliveries whose key's
+    previous acceptance sat in its sender's queue (nulls for the rest).
+
+    The outputs do not keep each queue's history, but they prove what a key needed to leave its
+    sender's queue (§8.2): either that sender accepted at least ``per_source_window`` keys after
+    it (a push needs the queue full of newer ids; every one of them was accepted later), or that
+    sender resent it outside a transaction (the move; ``duplicate_of`` names the accepted message).
+    ``_sender_since`` counts the sender's keys accepted since: in this batch before the delivery
+    (by ``cache_seq``), and, for a previous acceptance in the parent snapshot, the newer keys its
+    sender's queue still held there (what fills the queue is what is in it, not what passed
+    through). Fewer, and no resend, means the key was still in the queue: a duplicate delivered.
+    Leaving the shared queue needs a newer item by more than ``expiry_seconds``, and no item is
+    newer than the delivery itself, so two deliveries at most ``expiry_seconds`` apart (in the
+    instants they entered with) are a finding too (``key_window``).
+    """
+    apama = sizes.where((F.col("policy") == "apama") & (F.col("per_source_window") > 0)).select("cache")
+    candidates = (repeated.join(apama, "cache", "left_semi")
+                  .where((F.col("prev_queue") == "sender")
+                         & (F.col("prev_in_batch") | (F.col("prev_policy") == "apama")))
+                  .select("cache", "message_id", "cache_seq", "prev_message_id", "prev_cache_seq", "prev_source_id"))
+    if broadcast:
+        candidates = F.broadcast(candidates)
+    accepted = delivered.where(F.col("cache").isNotNull()).select(
+        "cache", _column_or_null(delivered, "source_id", "string").alias("source_id"), "cache_seq")
+    if "queue" in parent_id_cache.columns:
+        accepted = accepted.unionByName(
+            parent_id_cache.where(F.col("queue") == "sender").select("cache", "source_id", "cache_seq"))
+    c, a = candidates.alias("c"), accepted.alias("a")
+    since = (
+        a.join(c, (F.col("a.cache") == F.col("c.cache")) & F.col("a.source_id").eqNullSafe(F.col("c.prev_source_id"))
+               & (F.col("a.cache_seq") > F.col("c.prev_cache_seq")) & (F.col("a.cache_seq") < F.col("c.cache_seq")))
+        .groupBy(F.col("c.cache").alias("cache"), F.col("c.message_id").alias("message_id"))
+        .agg(F.count(F.lit(1)).alias("_since"))
+    )
+    r = dropped.where((F.col("reason") == DUPLICATE) & F.col("txn_id").isNull()).select(
+        "cache", _column_or_null(dropped, "source_id", "string").alias("source_id"), "duplicate_of").alias("r")
+    resent = (
+        r.join(c, (F.col("r.cache") == F.col("c.cache")) & (F.col("r.duplicate_of") == F.col("c.prev_message_id"))
+               & F.col("r.source_id").eqNullSafe(F.col("c.prev_source_id")))
+        .select(F.col("c.cache").alias("cache"), F.col("c.message_id").alias("message_id"), F.lit(True).alias("_moved"))
+        .distinct()
+    )
+    gaps = (candidates.select("cache", "message_id")
+            .join(since, ["cache", "message_id"], "left").join(resent, ["cache", "message_id"], "left")
+            .select("cache", "message_id", F.coalesce("_since", F.lit(0)).cast("long").alias("_sender_since"),
+                    F.coalesce("_moved", F.lit(False)).alias("_resent")))
+    return repeated.join(F.broadcast(gaps) if broadcast else gaps, ["cache", "message_id"], "left")
 
 
 def transactions(delivered: DataFrame, dropped: DataFrame) -> DataFrame:
