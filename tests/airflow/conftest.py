@@ -115,7 +115,7 @@ def e2e_hours():
 
 @pytest.fixture(scope="package")
 def live_airflow(tmp_path_factory):
-    from msgdedup.orchestration.demo import check_pool, configure_airflow_objects, wait_for_dag
+    from msgdedup.orchestration.demo import check_pool, configure_airflow_objects, demo_config, wait_for_dag
     from msgdedup.orchestration.local_airflow import BATCH_SERVICE, LocalAirflow, free_port
     from msgdedup.sample_data import write_partitions
 
@@ -129,8 +129,9 @@ def live_airflow(tmp_path_factory):
         extra_config={"scheduler": {"use_job_schedule": "False"}},
         batch_service=True,  # process_batch runs in a warm batch service, as in the demo
     )
-    config = root / "address_settings.yaml"  # Artemis' default windows, with the window-miss audit on
-    config.write_text("address_settings: {}\nwindow_audit: {horizon: 4}\n")
+    # The demo's windows: count, an Apama domain (orders.*) and a time window (payments.*), with the
+    # window-miss audit on
+    config = demo_config(root)
     af.configure()
     af.migrate()
     configure_airflow_objects(af, raw, warehouse, config)

@@ -54,9 +54,16 @@ def test_data_quality_page_in_the_airflow_ui(backfilled, e2e_hours, browser, tmp
     frame.get_by_role("heading", name=f"Batch {batch}").wait_for(timeout=30_000)
     text = frame.locator("body").inner_text()
     page.screenshot(path=str(tmp_path / "data_quality.png"), full_page=True)
-    for expected in ("Dedup report", "Per address", "orders.eu", "Duplicate-ID caches", "BRIDGE.orders.us",
+    for expected in ("Dedup report", "Per address", "orders.eu", "Duplicate-ID caches", "BRIDGE.orders",
                      "Quality gate (Great Expectations)", "Quarantined lines", "Drill down:"):
         assert expected in text, expected
+    # every cache with its policy and window (the demo's settings, docs/semantics.md §8): an Apama
+    # domain of two addresses, a time window and a count window
+    caches = {r.split("\t")[0]: r.split("\t")[1] for r in frame.locator("table").filter(
+        has_text="last seq").first.locator("tr").all_inner_texts()[1:]}
+    assert caches["orders"] == "apama: 200 per sender, then 300 s", caches
+    assert caches["payments.eu"] == "time: 600 s", caches
+    assert caches["inventory.updates"] == "count: last 50 keys", caches
     status, report = live.api("GET", f"/data-quality/api/batches/{batch}")
     assert status == 200 and report["quarantine"], report
     assert report["quarantine"][0]["error"] in text
@@ -90,7 +97,7 @@ def test_trend_view_shows_every_batch_and_filters(logged_in, e2e_hours):
     page.wait_for_url("**address=orders.eu**", timeout=30_000)
     assert "address orders.eu" in page.locator("body").inner_text()
     cache_rows = page.locator("table").nth(0).locator("tr").all_inner_texts()[1:]
-    assert cache_rows and all(r.split("\t")[1] == "orders.eu" for r in cache_rows), cache_rows
+    assert cache_rows and all("orders.eu" in r.split("\t")[1].split(", ") for r in cache_rows), cache_rows
     # and by dates: a range with no batch says so
     page.fill("input[name=from]", "2030-01-01")
     page.get_by_role("button", name="Show").click()

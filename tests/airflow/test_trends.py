@@ -175,3 +175,18 @@ def test_time_window_recommendation_per_cache(tmp_path):
     assert payments["recommended"] == "604.25 s" and not payments["too_small"]
     html = render_index(t, root).body.decode()
     assert "<td>604.25 s</td>" in html and "<b>604.25 s</b>" not in html
+
+
+def test_a_domains_cache_is_shown_for_each_of_its_addresses(tmp_path):
+    """§8.1: the cache ``orders`` serves orders.eu and orders.us; filtering by either shows it,
+    with both addresses and its Apama window."""
+    root = trend_warehouse(tmp_path)
+    for path in (root / "runs").iterdir():
+        m = json.loads(path.read_text())
+        m["caches"]["orders"] = {"address": "orders.eu", "addresses": ["orders.eu", "orders.us"], "policy": "apama",
+                                 "per_source_window": 200, "expiry_seconds": 300, "entries": 7, "last_seq": 9}
+        path.write_text(json.dumps(m))
+    for address in ("orders.eu", "orders.us"):
+        caches = {c["cache"]: c for c in trends.trends(root, TrendFilter(address=address))["caches"]}
+        assert caches["orders"]["address"] == "orders.eu, orders.us", address
+        assert caches["orders"]["window"] == "apama: 200 per sender, then 300 s"

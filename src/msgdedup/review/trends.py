@@ -118,12 +118,13 @@ def point(warehouse: str | Path, batch_id: str, address: str | None = None) -> d
     caches = {}
     audit = shown.get("window_audit")  # docs/semantics.md §9; None for batches committed before it
     for name, c in sorted((shown.get("caches") or {}).items()):
-        if address is not None and c.get("address") != address:
+        addresses = c.get("addresses") or [c.get("address")]  # a domain's cache serves several (§8.1)
+        if address is not None and address not in addresses:
             continue
         size, entries = c.get("id_cache_size") or 0, c.get("entries") or 0
         missed = (audit or {}).get(name)
         finding = reports.audit_finding(missed) if missed else None  # None: not audited (Apama, audit off)
-        caches[name] = {"address": c.get("address"), "window": window_text(c), "entries": entries,
+        caches[name] = {"address": ", ".join(a for a in addresses if a), "window": window_text(c), "entries": entries,
                         "id_cache_size": size,
                         "fill_pct": round(100.0 * entries / size, 1) if size else None,
                         "window_misses": (missed or {}).get("misses", 0), **_recommendation(finding)}
