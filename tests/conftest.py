@@ -26,3 +26,21 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``make test`` runs two pytest-xdist workers (pyproject.toml: ``-n 2``): most of a test's
+    time here is a JVM starting, a spark-submit's driver planning on one thread, or Airflow's
+    scheduler polling, so a second worker uses the second core. Each test file runs whole on one
+    worker, so its module fixtures are built once, and tests/airflow as one, so one live Airflow
+    (its package fixture) serves all of it. (xdist's ``loadgroup`` would say this with markers,
+    but with pytest 9 its group never reaches the scheduler: it rewrites ``item._nodeid``, which
+    ``nodeid`` no longer reads.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "tests/airflow" if path.startswith("tests/airflow/") else path
+
+    return ByFile(config, log)

@@ -17,6 +17,7 @@ import pytest
 from msgdedup.engine.batch import run_batch
 
 from tests.engine.support import message, outcome_view, write_batch
+from tests.spark_submit import user_env
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / ".venv" / "bin"
@@ -30,10 +31,8 @@ def _free_port() -> int:
 
 
 def _loopback_env(tmp_path: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK")}
-    env.update({"SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(tmp_path / "logs"),
-                "SPARK_WORKER_DIR": str(tmp_path / "work")})
-    return env
+    return user_env(SPARK_LOCAL_IP="127.0.0.1", SPARK_LOG_DIR=str(tmp_path / "logs"),
+                    SPARK_WORKER_DIR=str(tmp_path / "work"))
 
 
 def _start(args: list[str], env: dict, log: Path) -> subprocess.Popen:

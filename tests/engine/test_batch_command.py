@@ -19,17 +19,16 @@ from msgdedup.engine.batch import run_batch
 from msgdedup.engine.warehouse import FAILPOINT_ENV, FAILPOINT_EXIT_CODE
 
 from tests.engine.support import message, outcome_view, write_batch
+from tests.spark_submit import SPARK_SUBMIT, user_env
 
 ROOT = Path(__file__).resolve().parents[2]
-SPARK_SUBMIT = ROOT / ".venv" / "bin" / "spark-submit"
 APP = ROOT / "spark_apps" / "dedup_batch.py"
 H5, H6 = "2026-11-21T05", "2026-11-21T06"
 
 
 def batch_command(*args, env=None, **popen):
     """The documented command line, run from a clean environment like a user's shell."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK")}
-    clean.update(env or {})
+    clean = user_env(**(env or {}))
     command = [str(SPARK_SUBMIT), "--master", "local[2]", "--conf", "spark.ui.enabled=false", str(APP), *args]
     return subprocess.Popen(command, env=clean, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True, **popen)

@@ -18,11 +18,11 @@ import pytest
 from msgdedup import batch_service, exit_codes
 from msgdedup.quality.project import PROJECT_ENV
 from tests.engine.support import message, write_batch
+from tests.spark_submit import SPARK_SUBMIT, user_env
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-SPARK_SUBMIT = ROOT / ".venv" / "bin" / "spark-submit"
 APP = ROOT / "spark_apps" / "batch_service.py"
 H5, H6, H7 = "2026-11-21T05", "2026-11-21T06", "2026-11-21T07"
 
@@ -50,7 +50,7 @@ def raw(tmp_path_factory) -> Path:
 def start_service(root: Path):
     """A batch service as ``make demo`` starts it (from a clean environment, like the DAG's)."""
     sock = root / "run" / "service.sock"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK") and k != PROJECT_ENV}
+    env = user_env(PROJECT_ENV)
     log = (root / "service.log").open("w")
     proc = subprocess.Popen(
         [str(SPARK_SUBMIT), "--master", "local[2]", "--conf", "spark.ui.enabled=false",

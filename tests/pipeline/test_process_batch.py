@@ -5,7 +5,6 @@ together with what the warehouse holds afterwards."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,11 +15,11 @@ from msgdedup.orchestration.publish import PublishRefused, audit
 from msgdedup.quality.project import PROJECT_ENV
 
 from tests.engine.support import message, write_batch
+from tests.spark_submit import SPARK_SUBMIT, user_env
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-SPARK_SUBMIT = ROOT / ".venv" / "bin" / "spark-submit"
 APP = ROOT / "spark_apps" / "process_batch.py"
 H5, H6 = "2026-11-21T05", "2026-11-21T06"
 # Spark's launcher always adds this JDK module, and the JDK always says so.
@@ -29,8 +28,7 @@ JVM_NOTICE = "WARNING: Using incubator modules: jdk.incubator.vector"
 
 def process_batch(*args, env=None, timeout=600) -> tuple[int, list[str]]:
     """Run the app from a clean environment; the console lines (spark-submit merges stderr)."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK") and k != PROJECT_ENV}
-    clean.update(env or {})
+    clean = user_env(PROJECT_ENV, **(env or {}))
     command = [str(SPARK_SUBMIT), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
                "--conf", "spark.sql.shuffle.partitions=4", str(APP), *args]
     done = subprocess.run(command, env=clean, capture_output=True, text=True, timeout=timeout)

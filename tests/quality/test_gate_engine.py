@@ -5,7 +5,6 @@ expectation; the ``gx_gate.py`` command reports the same through its exit code."
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -17,9 +16,9 @@ from msgdedup.engine.batch import run_batch
 from msgdedup.quality import run_gate
 from tests.engine.support import message
 from tests.engine.test_policies_model import APAMA_EXAMPLE
+from tests.spark_submit import SPARK_SUBMIT, user_env
 
 ROOT = Path(__file__).resolve().parents[2]
-SPARK_SUBMIT = ROOT / ".venv" / "bin" / "spark-submit"
 GATE_APP = ROOT / "spark_apps" / "gx_gate.py"
 H5, H6 = "2026-11-21T05", "2026-11-21T06"
 SETTINGS = parse_settings({"address_settings": {"#": {"id_cache_size": 3}}})
@@ -170,7 +169,7 @@ def test_half_delivered_transaction_is_caught_by_the_transaction_expectation(spa
 
 def gate_command(*args) -> tuple[int, str]:
     """spark-submit merges the app's stderr into its console output: return both together."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK")}
+    env = user_env()
     command = [str(SPARK_SUBMIT), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
                "--conf", "spark.sql.shuffle.partitions=2", str(GATE_APP), *args]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
