@@ -190,3 +190,9 @@ def test_a_domains_cache_is_shown_for_each_of_its_addresses(tmp_path):
         caches = {c["cache"]: c for c in trends.trends(root, TrendFilter(address=address))["caches"]}
         assert caches["orders"]["address"] == "orders.eu, orders.us", address
         assert caches["orders"]["window"] == "apama: 200 per sender, then 300 s"
+        assert caches["orders"]["id_cache_size"] is None and caches["orders"]["latest_fill_pct"] is None
+    # no count limit is shown as none, not as a cache size of 0 (which would mean detection off)
+    html = render_index(trends.trends(root), root).body.decode()
+    assert "<td>orders.eu, orders.us</td><td>apama: 200 per sender, then 300 s</td>" in html
+    row = html[html.index("<td>orders.eu, orders.us</td>"):]
+    assert "<td>7</td><td>-</td>" in row[:row.index("</tr>")]

@@ -247,7 +247,7 @@ def render_index(t: dict[str, Any], warehouse: Path) -> HTMLResponse:
                      "fill over the batches shown", "window misses", "recommended window"]
     parts.append(_table(cache_headers, [
         [_e(c["cache"]), _e(c["address"]), _e(c["window"]), charts.fill_bar(c["latest_fill_pct"]), _e(c["entries"]),
-         _e(c["id_cache_size"]), charts.sparkline(c["series"]),
+         _e("-" if c["id_cache_size"] is None else c["id_cache_size"]), charts.sparkline(c["series"]),
          f"<b class='stale'>{_e(c['window_misses'])}</b>" if c["window_misses"] else "0",
          _flagged(c["recommended"] or "-", c["too_small"])]
         for c in t["caches"]

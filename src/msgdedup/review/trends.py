@@ -125,7 +125,7 @@ def point(warehouse: str | Path, batch_id: str, address: str | None = None) -> d
         missed = (audit or {}).get(name)
         finding = reports.audit_finding(missed) if missed else None  # None: not audited (Apama, audit off)
         caches[name] = {"address": ", ".join(a for a in addresses if a), "window": window_text(c), "entries": entries,
-                        "id_cache_size": size,
+                        "id_cache_size": c.get("id_cache_size"),  # None: no count limit (time, Apama)
                         "fill_pct": round(100.0 * entries / size, 1) if size else None,
                         "window_misses": (missed or {}).get("misses", 0), **_recommendation(finding)}
     when = batch_time(batch_id, shown.get("committed_at"))
