@@ -17,10 +17,9 @@ import pytest
 from msgdedup.engine.batch import run_batch
 
 from tests.engine.support import message, outcome_view, write_batch
-from tests.spark_submit import user_env
+from tests.spark_submit import BIN, SPARK_SUBMIT, user_env
 
 ROOT = Path(__file__).resolve().parents[2]
-BIN = ROOT / ".venv" / "bin"
 BATCHES = ["2026-11-21T05", "2026-11-21T06"]
 
 
@@ -92,7 +91,7 @@ def test_two_batches_on_a_standalone_cluster_equal_local_mode(spark, cluster, tm
         raws.append(raw)
     for raw, batch_id in zip(raws, BATCHES, strict=True):
         result = subprocess.run(
-            [str(BIN / "spark-submit"), "--master", master_url, "--conf", "spark.ui.enabled=false",
+            [str(SPARK_SUBMIT), "--master", master_url, "--conf", "spark.ui.enabled=false",
              "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
              "--conf", "spark.executor.memory=1g", str(ROOT / "spark_apps" / "dedup_batch.py"),
              "--input", str(raw), "--warehouse", str(tmp_path / "cluster_wh"), "--batch-id", batch_id],
