@@ -373,3 +373,32 @@ def test_gate_fails_a_batch_built_on_a_stale_parent(spark, raw, after_t00, tmp_p
     assert check["suite"] == "lineage"
     assert check["observed"]["observed_value"].startswith(
         f"batch {T02} was built on {T00}, but the latest committed batch before it is {T01}")
+
+
+def test_syncing_a_staging_run_tolerates_its_owner_file_being_renewed(spark, tmp_path):
+    """The commit fsyncs the staged run (HadoopFS.sync_tree) while the lease's thread may be
+    renewing the run's owner file, a temporary sibling renamed over it: a file that vanishes
+    between the listing and its fsync must not fail the batch (it failed a 1M-message run once,
+    with "No such file or directory: .../_OWNER.json.<hex>.tmp")."""
+    fs = HadoopFS(spark)
+    staging = tmp_path / "_staging" / T00 / "run"
+    (staging / "delivered").mkdir(parents=True)
+    for i in range(200):
+        (staging / "delivered" / f"part-{i:05d}.parquet").write_bytes(b"x")
+    owner = str(staging / layout.OWNER)
+    stop, renewals = threading.Event(), []
+
+    def renew() -> None:
+        while not stop.is_set():
+            fs.write_text_atomic(owner, json.dumps({"renewed": len(renewals)}))
+            renewals.append(1)
+
+    thread = threading.Thread(target=renew, daemon=True)
+    thread.start()
+    try:
+        for _ in range(300):
+            fs.sync_tree(str(staging))
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert len(renewals) > 300, "the owner file was not renewed while the tree was synced"

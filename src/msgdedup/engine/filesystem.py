@@ -271,7 +271,13 @@ class HadoopFS:
             return
         for directory, _, files in os.walk(local):
             for name in files:
-                fd = os.open(os.path.join(directory, name), os.O_RDONLY)
+                try:
+                    fd = os.open(os.path.join(directory, name), os.O_RDONLY)
+                except FileNotFoundError:
+                    # Renamed since the listing: the lease renews a staging run's owner file by
+                    # writing a temporary sibling and renaming it (write_text_atomic, which syncs
+                    # it itself). Failing here failed a whole batch at its commit.
+                    continue
                 try:
                     os.fsync(fd)
                 finally:
