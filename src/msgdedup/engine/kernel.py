@@ -33,6 +33,7 @@ the shared queue's newest instant, so all their messages and all their parent en
 
 from __future__ import annotations
 
+import gc
 import heapq
 from collections import deque
 from typing import Iterable, Iterator, Mapping
@@ -74,6 +75,24 @@ OUTPUT_SCHEMA = pa.schema([
     ("queue", pa.string()),
 ])
 _FLUSH_ROWS = 8192
+# The columns each kind of row fills (the others are null), in the order the Decider keeps them.
+VERDICT_FIELDS = ("row_id", "outcome", "reason", "duplicate_of", "cache_seq", "cache", "contested_rank",
+                  "accepted_after")
+ENTRY_FIELDS = ("cache_seq", "cache", "dedup_key", "message_id", "address", "accepted_batch_id", "received_at_us",
+                "source_id", "queue")
+CLOCK_FIELDS = ("cache", "received_at_us")
+
+
+def output_batch(kind: str, fields: tuple[str, ...], rows: list[tuple]) -> pa.RecordBatch:
+    """``rows`` (tuples of ``fields``) of one ``kind`` as a batch of OUTPUT_SCHEMA. Built by column,
+    the unused ones as null arrays: converting whole rows of mostly-null fields cost more than
+    deciding them."""
+    columns = dict(zip(fields, zip(*rows, strict=True), strict=True))
+    n = len(rows)
+    return pa.RecordBatch.from_arrays(
+        [pa.array([kind] * n, pa.string()) if f.name == "kind"
+         else pa.array(columns[f.name], f.type) if f.name in columns else pa.nulls(n, f.type)
+         for f in OUTPUT_SCHEMA], schema=OUTPUT_SCHEMA)
 
 
 class _Entry:
@@ -192,7 +211,7 @@ class Decider:
         self.entries: dict[tuple[str, str], tuple[int, str, int | None]] = {}
         self.apama_rows: dict[str, list[_Entry]] = {name: [] for name, w in windows.items() if w.policy == APAMA}
         self.apama: dict[str, ApamaQueues] | None = None
-        self.verdicts: list[tuple] = []
+        self.verdicts: list[tuple] = []  # VERDICT_FIELDS
         # the open unit: (row_id, message_id, txn_id, address, cache, key, free_before, contested_rank,
         # unit_us, source_id)
         self.unit: list[tuple] = []
@@ -214,22 +233,22 @@ class Decider:
                     continue
                 if self.unit and (txn_id is None or self.unit[-1][2] != txn_id):
                     self._decide_unit()
-                self.unit.append((row_id, message_id, txn_id, address, cache, key, free_before, rank, unit_us,
-                                  source))
+                if txn_id is None and cache is not None:
+                    self._decide_single(row_id, message_id, address, cache, key, free_before, rank, unit_us, source)
+                else:
+                    self.unit.append((row_id, message_id, txn_id, address, cache, key, free_before, rank, unit_us,
+                                      source))
             if len(self.verdicts) >= _FLUSH_ROWS:
                 yield self._flush()
         if self.unit:
             self._decide_unit()
-        self._report_apama()
         if self.verdicts:
             yield self._flush()
+        yield from self._report_apama()
 
     def _flush(self) -> pa.RecordBatch:
         rows, self.verdicts = self.verdicts, []
-        columns = list(zip(*rows, strict=True))
-        return pa.RecordBatch.from_arrays(
-            [pa.array(values, field.type) for values, field in zip(columns, OUTPUT_SCHEMA, strict=True)],
-            schema=OUTPUT_SCHEMA)
+        return output_batch(VERDICT, VERDICT_FIELDS, rows)
 
     def _queues(self, cache: str) -> ApamaQueues:
         if self.apama is None:  # every parent entry has been read: the stream sorts them first
@@ -262,6 +281,23 @@ class Decider:
         return entry
 
     # -- one unit (spec §4) ---------------------------------------------------------------------
+    def _decide_single(self, row_id, message_id, address, cache, key, free_before, rank, unit_us, source) -> None:
+        """``_decide_unit`` for the most common unit, one message with a key, without its lists."""
+        hit = self._hit(cache, key, free_before, unit_us)
+        apama = self.windows[cache].policy == APAMA
+        if hit is not None:
+            if apama:  # §8.2: a sender's own resend moves its key to the shared queue
+                self._queues(cache).on_duplicate(hit[0], source, unit_us)
+            self.verdicts.append((row_id, DROPPED, DUPLICATE, hit[1], None, cache, rank, self.accepted.get(cache, 0)))
+            return
+        seq = self._last_seq(cache, free_before) + 1
+        accepted = self.accepted[cache] = self.accepted.get(cache, 0) + 1
+        if apama:
+            self._queues(cache).accept(key, seq, message_id, address, self.batch_id, unit_us, source)
+        else:
+            self.entries[(cache, key)] = (seq, message_id, self._now(cache, unit_us))
+        self.verdicts.append((row_id, DELIVERED, None, None, seq, cache, rank, accepted))
+
     def _decide_unit(self) -> None:
         unit, self.unit = self.unit, []
         verdicts: list[tuple[str, str | None]] = []  # (reason or DELIVERED, duplicate_of)
@@ -307,20 +343,37 @@ class Decider:
             decided.append((row_id, DELIVERED, None, None, seq))
         for (_, _, _, _, cache, _, _, rank, _, _), verdict in zip(unit, decided, strict=True):
             after = self.accepted.get(cache, 0) if cache is not None else None
-            self.verdicts.append((VERDICT, *verdict, cache, rank, after, *[None] * 7))
+            self.verdicts.append((*verdict, cache, rank, after))
 
-    def _report_apama(self) -> None:
+    def _report_apama(self) -> Iterator[pa.RecordBatch]:
         """Every Apama cache's queues after the batch (its snapshot rows) and its time."""
+        rows, clocks = [], []
         for name in self.apama_rows:
             queues = self._queues(name)
             for e in queues.entries():
-                self.verdicts.append((ENTRY, None, None, None, None, e.seq, name, None, None, e.key, e.message_id,
-                                      e.address, e.batch_id, e.instant, e.source, e.queue))
-            self.verdicts.append((CLOCK, None, None, None, None, None, name, None, None, None, None, None, None,
-                                  queues.clock, None, None))
+                rows.append((e.seq, name, e.key, e.message_id, e.address, e.batch_id, e.instant, e.source, e.queue))
+                if len(rows) >= _FLUSH_ROWS:
+                    yield output_batch(ENTRY, ENTRY_FIELDS, rows)
+                    rows = []
+            clocks.append((name, queues.clock))
+        if rows:
+            yield output_batch(ENTRY, ENTRY_FIELDS, rows)
+        if clocks:
+            yield output_batch(CLOCK, CLOCK_FIELDS, clocks)
 
 
 def decide(batches: Iterable[pa.RecordBatch], windows: Mapping[str, CacheWindow], batch_id: str
            ) -> Iterator[pa.RecordBatch]:
-    """mapInArrow entry point: the whole (single-partition) sorted stream in, verdicts out."""
-    return Decider(windows, batch_id).run(batches)
+    """mapInArrow entry point: the whole (single-partition) sorted stream in, verdicts out.
+
+    Python's cyclic garbage collector is off while the kernel runs: an Apama cache keeps every
+    accepted key as an object until the batch ends, and each collection walked all of them again,
+    which was half the kernel's time at 1M messages (docs/benchmarks.md). The kernel's objects
+    form no cycles, so reference counting frees them as before."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield from Decider(windows, batch_id).run(batches)
+    finally:
+        if enabled:
+            gc.enable()
