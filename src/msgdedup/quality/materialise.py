@@ -82,7 +82,9 @@ class MaterialisedTables:
     def _compute(self, name: str, build: Callable[[], DataFrame]) -> DataFrame:
         # Job groups are per thread: the Spark UI shows which table a job computes.
         self._spark.sparkContext.setJobGroup(f"gx-gate-derive-{name}", f"GX gate: compute the checked table {name}")
-        frame = build().coalesce(self._parallelism).persist(StorageLevel.MEMORY_AND_DISK)
+        # as rows, not serialized: a serialized block spilled to disk is read back into one heap
+        # buffer of its whole size (engine.batch._kept says more)
+        frame = build().coalesce(self._parallelism).persist(StorageLevel.MEMORY_AND_DISK_DESER)
         self._cached.append(frame)
         frame.count()
         self._finished[name] = time.perf_counter()
