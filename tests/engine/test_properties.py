@@ -22,7 +22,7 @@ from msgdedup import reference_model as model
 from msgdedup.config import APAMA, parse_settings
 from msgdedup.engine import kernel, windows
 from msgdedup.engine.batch import run_batch
-from msgdedup.engine.planning import SMALL_INPUT_BYTES_CONF
+from msgdedup.engine.planning import DRIVER_DECIDE_LINES_CONF, SMALL_INPUT_BYTES_CONF
 from msgdedup.engine.filesystem import HadoopFS
 from msgdedup.engine.lease import WarehouseBusy
 from msgdedup.engine.warehouse import Warehouse
@@ -143,15 +143,19 @@ def test_kernel_decides_like_the_model(tmp_path_factory, first, second, configs)
 
 
 # -- engine vs model (real Spark) -------------------------------------------------------------------
-@pytest.fixture(params=["small", "large"])
+@pytest.fixture(params=["driver", "small", "large"])
 def planned(request, spark):
-    """Each engine-vs-model test runs half its examples planned as the small batches they are and
-    half planned as large data (adaptive execution, the session's shuffle partitions:
-    planning.session_for), so both plans are held to the model."""
+    """Each engine-vs-model test runs a third of its examples decided on the driver, as the small
+    batches they are (planning.decides_on_driver), a third decided in Spark planned as small data,
+    and a third in Spark planned as large data (adaptive execution, the session's shuffle
+    partitions: planning.session_for), so every plan is held to the model."""
+    if request.param != "driver":
+        spark.conf.set(DRIVER_DECIDE_LINES_CONF, "-1")
     if request.param == "large":
         spark.conf.set(SMALL_INPUT_BYTES_CONF, "-1")
     yield spark
     spark.conf.unset(SMALL_INPUT_BYTES_CONF)
+    spark.conf.unset(DRIVER_DECIDE_LINES_CONF)
 
 
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,

@@ -2,7 +2,7 @@
 
 from msgdedup.config import parse_settings
 from msgdedup.engine.batch import run_batch
-from msgdedup.engine.planning import SMALL_INPUT_BYTES_CONF
+from msgdedup.engine.planning import DRIVER_DECIDE_LINES_CONF, SMALL_INPUT_BYTES_CONF
 from msgdedup.reference_model import ReferenceModel
 
 from tests.engine.support import message, model_view, outcome_view, write_batch
@@ -66,21 +66,26 @@ def test_engine_gives_the_worked_example(spark, tmp_path):
     assert counts["by_address"]["b"] == {"delivered": 1, "duplicate": 0, "transaction_rejected": 1}
 
 
-def test_planned_as_large_data_the_batch_is_the_same_and_the_session_keeps_its_settings(spark, tmp_path):
-    """planning.session_for: a small input runs without adaptive execution (in a session of its
-    own), a large one with the session's settings; both commit the same batch, and the caller's
-    session is left as it was."""
+def test_every_plan_commits_the_same_batch_and_the_session_keeps_its_settings(spark, tmp_path):
+    """planning.py: a small batch is decided on the driver; a small input decided in Spark runs
+    without adaptive execution (in a session of its own), a large one with the session's
+    settings. All three commit the same batch, down to the snapshot's fingerprint (a re-run may
+    take another plan than the run it repeats), and the caller's session is left as it was."""
     write_batch(tmp_path / "raw", {"part-0.jsonl": EXAMPLE})
     before = {key: spark.conf.get(key) for key in ("spark.sql.adaptive.enabled", "spark.sql.shuffle.partitions")}
-    views = {}
-    for plan, bound in (("small", None), ("large", "-1")):
-        if bound:
-            spark.conf.set(SMALL_INPUT_BYTES_CONF, bound)
+    views, fingerprints = {}, set()
+    for plan, bounds in (("driver", {}), ("small", {DRIVER_DECIDE_LINES_CONF: "-1"}),
+                         ("large", {DRIVER_DECIDE_LINES_CONF: "-1", SMALL_INPUT_BYTES_CONF: "-1"})):
+        for key, value in bounds.items():
+            spark.conf.set(key, value)
         try:
-            run_batch(spark, str(tmp_path / "raw"), str(tmp_path / plan), "2026-11-21T05", SETTINGS)
+            committed = run_batch(spark, str(tmp_path / "raw"), str(tmp_path / plan), "2026-11-21T05", SETTINGS)
         finally:
-            spark.conf.unset(SMALL_INPUT_BYTES_CONF)
+            for key in bounds:
+                spark.conf.unset(key)
         views[plan] = outcome_view(tmp_path / plan, "2026-11-21T05")
+        fingerprints.add(committed["snapshot_fingerprint"])
         assert {key: spark.conf.get(key) for key in before} == before
-    assert views["small"] == views["large"]
+    assert views["driver"] == views["small"] == views["large"]
     assert _outcomes(views["large"]) == EXPECTED_OUTCOME
+    assert len(fingerprints) == 1

@@ -18,12 +18,14 @@ from datetime import datetime, timezone
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from msgdedup import __version__, exit_codes
 from msgdedup.config import APAMA, COUNT, TIME, AddressSettings, ConfigError, load_settings
-from msgdedup.engine import audit, kernel, manifest as manifests, parsing, transforms, windows as cache_windows
+from msgdedup.engine import audit, driver_decide, kernel, manifest as manifests, parsing, transforms, \
+    windows as cache_windows
 from msgdedup.engine.filesystem import HadoopFS
-from msgdedup.engine.planning import session_for
+from msgdedup.engine.planning import decides_on_driver, session_for
 from msgdedup.engine.reading import InputError, list_input_files, read_lines
 from msgdedup.engine.lease import WarehouseBusy
 from msgdedup.engine.warehouse import CommitConflict, Transaction, Warehouse, failpoint
@@ -124,7 +126,6 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     ``kept``) instead of written and read back: each is computed once, by the first action that
     needs it, and a Spark job is only run where the driver needs an answer (a count, a tally) or
     an output is written."""
-    parent = txn.parent
     # 1. parse every line once: in the JVM where it is certain, else in Python (parsing.py)
     lines = read_lines(spark, files)
     if lines is None:
@@ -144,68 +145,51 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     failpoint("after_parse")
     timer.lap("parse")
 
-    # 2. order and decide, on the key columns only
+    # 2. order and decide, on the key columns only: on the driver for a small batch, else in Spark
     windows = cache_windows.resolve(settings, parent_manifest["caches"] if parent_manifest else {}, keyed)
     apama = cache_windows.of_policy(windows, APAMA)
     valid, invalid = transforms.split_valid(parsed)
     valid = parsing.with_cache_keys(valid, _domains(spark, addresses, settings))
-    keys = valid.select(*transforms.KEY_COLUMNS)
-    repeated_ids = _kept(transforms.repeated_message_ids(keys), kept)
-    flagged = _kept(transforms.flag_duplicate_message_ids(
-        keys, _broadcast_if_small(repeated_ids, repeated_ids.count()), [f.path for f in files]), kept)
-    parent_snapshot = _parent_snapshot(spark, warehouse, parent, windows)
-    messages = transforms.messages(flagged)
-    batch_keys = _kept(transforms.batch_keys(messages), kept)
-    parent_left = _parent_left_keys(spark, warehouse, parent, windows) if settings.audit_horizon else None
-    keys_side = batch_keys
-    if parent_snapshot is not None or parent_left is not None:
-        keys_side = _broadcast_if_small(batch_keys, batch_keys.count())
-    # the parent's entries the batch's keys can meet: in its snapshot, and in its record of keys
-    # that left their window (§9, the window-miss audit); every entry of an Apama cache
-    counted = None if parent_snapshot is None else parent_snapshot.filter(~F.col("cache").isin(apama or [""]))
-    entries_met, left_met = (None if entries is None else _kept(transforms.entries_met(entries, keys_side), kept)
-                             for entries in (counted, parent_left))
-    kernel_entries = entries_met
-    if apama and parent_snapshot is not None:
-        kernel_entries = entries_met.unionByName(parent_snapshot.filter(F.col("cache").isin(apama)))
-    repeated_keys = _kept(transforms.repeated_keys(batch_keys, entries_met), kept)
-    marked = transforms.mark_repeated(messages, _broadcast_if_small(repeated_keys, repeated_keys.count()), apama)
-    units = _kept(transforms.rank_in_caches(transforms.assign_units(marked)), kept)
-    decisions = _kept(transforms.decide(transforms.decision_stream(units, kernel_entries), windows, txn.batch_id),
-                      kept)
-    verdicts = _kept(transforms.verdicts(units, decisions, transforms.copies(flagged), _starts(spark, windows)),
-                     kept)
-    tally = _Tally(transforms.verdict_counts(verdicts).collect())
-    apama_clocks = {r["cache"]: r["received_at_us"]
-                    for r in transforms.kernel_rows(decisions, kernel.CLOCK).collect()} if apama else {}
-    caches = manifests.cache_counters(windows, tally.accepted_per_cache(), {**tally.clocks(windows), **apama_clocks})
+    snapshot = _parent_snapshot(spark, warehouse, txn.parent, windows)
+    parent = _Parent(
+        counted=None if snapshot is None else snapshot.filter(~F.col("cache").isin(apama or [""])),
+        apama=snapshot.filter(F.col("cache").isin(apama)) if apama and snapshot is not None else None,
+        left=_parent_left_keys(spark, warehouse, txn.parent, windows) if settings.audit_horizon else None)
+    decide = _decide_on_driver if decides_on_driver(spark, input_lines) else _decide_in_spark
+    decided = decide(spark, valid.select(*transforms.KEY_COLUMNS), parent, windows, txn.batch_id,
+                     [f.path for f in files], kept)
+    tally = decided.tally
+    caches = manifests.cache_counters(windows, tally.accepted_per_cache(),
+                                      {**tally.clocks(windows), **decided.apama_clocks})
     timer.lap("decide")
 
     # the window-miss audit (§9): misses among the keys that can have an earlier acceptance
     window_audit, bounds = {}, None
     if settings.audit_horizon:
         bounds = local_frame(spark, audit.bounds_rows(caches, settings.audit_horizon), audit.BOUNDS_SCHEMA)
-        met = [frame.select(*audit.ENTRY_COLUMNS) for frame in (entries_met, left_met) if frame is not None]
+        met = [frame.select(*audit.ENTRY_COLUMNS) for frame in (decided.entries_met, decided.left_met)
+               if frame is not None]
         earlier = met[0].unionByName(met[1]) if len(met) == 2 else (
             met[0] if met else local_frame(spark, [], audit.ENTRY_SCHEMA))
-        misses = audit.window_misses(verdicts, units, earlier, audit.audit_keys(repeated_keys, left_met), bounds,
-                                     txn.batch_id)
+        misses = audit.window_misses(decided.verdicts, decided.units, earlier,
+                                     audit.audit_keys(decided.repeated_keys, decided.left_met), bounds, txn.batch_id)
         window_audit = audit.report(caches, audit.summary(misses).collect())
     timer.lap("audit")
 
     # 3. stage the outputs: each output joins the verdicts it keeps to the wide rows
+    verdicts = decided.verdicts
+
     def verdicts_of(outcome: str) -> DataFrame:
         return _broadcast_if_small(transforms.with_outcome(verdicts, outcome), tally.of(outcome))
 
-    entries = _union(transforms.acceptances(verdicts, txn.batch_id), counted)
+    entries = _union(transforms.acceptances(verdicts, txn.batch_id), parent.counted)
     staged = {
         "delivered": transforms.delivered(valid, verdicts_of(kernel.DELIVERED)),
         "dropped": transforms.dropped(valid, verdicts_of(kernel.DROPPED)),
         "quarantine": transforms.quarantine(
-            invalid, valid, transforms.copies(flagged) if tally.of(transforms.QUARANTINED) else None),
-        "id_cache": transforms.snapshot(entries, _limits(spark, caches),
-                                        transforms.kernel_rows(decisions, kernel.ENTRY)),
-        LEFT_KEYS: audit.left_keys(entries, parent_left, bounds) if settings.audit_horizon
+            invalid, valid, decided.copies if tally.of(transforms.QUARANTINED) else None),
+        "id_cache": transforms.snapshot(entries, _limits(spark, caches), decided.apama_entries),
+        LEFT_KEYS: audit.left_keys(entries, parent.left, bounds) if settings.audit_horizon
         else local_frame(spark, [], audit.ENTRY_SCHEMA),  # the audit is off: nothing is remembered
     }
     written = {}
@@ -224,6 +208,89 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     fingerprint = manifests.snapshot_fingerprint(caches, digests)
     invalidate = _check_history(warehouse, txn, fingerprint, invalidate_later)
     return Staged(counts, caches, fingerprint, invalidate, window_audit)
+
+
+@dataclass(frozen=True)
+class _Parent:
+    """The parent batch's state this batch reads (None: no parent, or none of that kind)."""
+
+    counted: DataFrame | None
+    """The snapshot's entries of count and time caches (SNAPSHOT_COLUMNS)."""
+    apama: DataFrame | None
+    """The snapshot's entries of Apama caches: all of them go to the kernel."""
+    left: DataFrame | None
+    """Its record of keys that left their window (the audit, §9)."""
+
+
+@dataclass(frozen=True)
+class _Decided:
+    """Every valid message's verdict, and what the audit, the snapshot and the manifest need of
+    the deciding; the same whichever plan decided."""
+
+    verdicts: DataFrame      # transforms.VERDICT_COLUMNS
+    copies: DataFrame        # row_id, error: repeated message ids (transforms.copies)
+    units: DataFrame         # row_id, unit_row, ...
+    repeated_keys: DataFrame  # cache, dedup_key
+    entries_met: DataFrame | None  # the parent's count and time entries the batch's keys meet
+    left_met: DataFrame | None     # the parent's left keys the batch's keys meet
+    apama_entries: DataFrame  # the Apama caches' queues after the batch (SNAPSHOT_COLUMNS)
+    apama_clocks: dict
+    tally: _Tally
+
+
+def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, windows: dict, batch_id: str,
+                     source_files: list[str], kept: list[DataFrame]) -> _Decided:
+    """transforms.py's plan: uncontested units by joins and windows, in parallel; contested ones
+    through the kernel in one task."""
+    apama = cache_windows.of_policy(windows, APAMA)
+    repeated_ids = _kept(transforms.repeated_message_ids(keys), kept)
+    flagged = _kept(transforms.flag_duplicate_message_ids(
+        keys, _broadcast_if_small(repeated_ids, repeated_ids.count()), source_files), kept)
+    messages = transforms.messages(flagged)
+    batch_keys = _kept(transforms.batch_keys(messages), kept)
+    keys_side = batch_keys
+    if parent.counted is not None or parent.left is not None:
+        keys_side = _broadcast_if_small(batch_keys, batch_keys.count())
+    # the parent's entries the batch's keys can meet: in its snapshot, and in its record of keys
+    # that left their window (§9, the window-miss audit); every entry of an Apama cache
+    entries_met, left_met = (None if entries is None else _kept(transforms.entries_met(entries, keys_side), kept)
+                             for entries in (parent.counted, parent.left))
+    kernel_entries = _union(entries_met, parent.apama) if entries_met is not None else None
+    repeated_keys = _kept(transforms.repeated_keys(batch_keys, entries_met), kept)
+    marked = transforms.mark_repeated(messages, _broadcast_if_small(repeated_keys, repeated_keys.count()), apama)
+    units = _kept(transforms.rank_in_caches(transforms.assign_units(marked)), kept)
+    decisions = _kept(transforms.decide(transforms.decision_stream(units, kernel_entries), windows, batch_id), kept)
+    copies = transforms.copies(flagged)
+    verdicts = _kept(transforms.verdicts(units, decisions, copies, _starts(spark, windows)), kept)
+    tally = _Tally(transforms.verdict_counts(verdicts).collect())
+    apama_clocks = {r["cache"]: r["received_at_us"]
+                    for r in transforms.kernel_rows(decisions, kernel.CLOCK).collect()} if apama else {}
+    return _Decided(verdicts, copies, units, repeated_keys, entries_met, left_met,
+                    transforms.kernel_rows(decisions, kernel.ENTRY), apama_clocks, tally)
+
+
+def _decide_on_driver(spark: SparkSession, keys: DataFrame, parent: _Parent, windows: dict, batch_id: str,
+                      source_files: list[str], kept: list[DataFrame]) -> _Decided:
+    """driver_decide.py's plan for a small batch: its key columns collected (one job), the
+    parent's entries they meet collected (one job), every unit through the kernel here. The
+    results are frames of the driver's Arrow tables (no job to read them)."""
+    key_rows = keys.toArrow()
+    batch_keys = spark.createDataFrame(driver_decide.batch_keys(key_rows))
+    entries_met = None if parent.counted is None else transforms.entries_met(parent.counted, F.broadcast(batch_keys))
+    left_met = None if parent.left is None else transforms.entries_met(parent.left, F.broadcast(batch_keys))
+    kernel_entries = None if entries_met is None else _union(entries_met, parent.apama).toArrow()
+    decision = driver_decide.decide(key_rows, kernel_entries, windows, batch_id, source_files)
+
+    def frame(table, schema=None) -> DataFrame:
+        return spark.createDataFrame(table, schema or from_arrow_schema(table.schema))
+
+    met = None
+    if kernel_entries is not None:
+        met = frame(kernel_entries).filter(~F.col("cache").isin(cache_windows.of_policy(windows, APAMA) or [""]))
+    return _Decided(frame(decision.verdicts), frame(decision.copies), frame(decision.units),
+                    frame(decision.repeated_keys), met, left_met,
+                    frame(decision.apama_entries).select(*transforms.SNAPSHOT_COLUMNS), decision.apama_clocks,
+                    _Tally(decision.tally))
 
 
 def _parent_snapshot(spark: SparkSession, warehouse: Warehouse, parent: str | None,
@@ -342,7 +409,8 @@ def _domains(spark: SparkSession, addresses: set[str], settings: AddressSettings
 BROADCAST_MAX_ROWS = 2_000_000
 
 
-def _kept(frame: DataFrame, kept: list[DataFrame], level: StorageLevel = StorageLevel.MEMORY_AND_DISK) -> DataFrame:
+def _kept(frame: DataFrame, kept: list[DataFrame],
+          level: StorageLevel = StorageLevel.MEMORY_AND_DISK_DESER) -> DataFrame:
     """``frame``, computed once by the first job that needs it and kept (listed in ``kept`` for
     ``_release``), so every later use of it (a count, a join, an output) reads it.
 
@@ -350,7 +418,13 @@ def _kept(frame: DataFrame, kept: list[DataFrame], level: StorageLevel = Storage
     plans over a leaf instead of the whole chain. Persisted frames nested in one another made
     Spark's planning (matching every subtree against every cached plan) cost seconds per query,
     more than the work. The wide parsed rows are kept on local disk only: they are read twice
-    (census, outputs) and would crowd the heap of a 1g driver."""
+    (census, outputs) and would crowd the heap of a 1g driver.
+
+    The rest are kept as rows (``_DESER``, a DataFrame's own default in Spark), not as PySpark's
+    serialized ``MEMORY_AND_DISK``: a serialized block that spilled to disk is read back into one
+    heap buffer of its whole size, which ran a 5M-message batch out of a 1g driver's heap
+    (``maybeCacheDiskBytesInMemory``); rows read back from disk are cached only as far as memory
+    allows, else streamed."""
     frame = frame.localCheckpoint(eager=False, storageLevel=level)
     kept.append(frame)
     return frame

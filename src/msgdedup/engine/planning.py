@@ -46,3 +46,18 @@ def session_for(spark: SparkSession, input_bytes: int) -> SparkSession:
     input a ``derived_session`` with ``small_plan``."""
     settings = small_plan(spark, input_bytes)
     return derived_session(spark, settings) if settings else spark
+
+
+# Batches of up to this many lines are decided on the driver (engine/driver_decide.py): their key
+# columns, some 100 bytes a message in Python, are collected there. Above it, Spark decides, and
+# the driver holds nothing proportional to the batch. -1 turns the driver's plan off.
+DRIVER_DECIDE_LINES = 200_000
+DRIVER_DECIDE_LINES_CONF = "spark.msgdedup.driverDecideLines"
+
+
+def decides_on_driver(spark: SparkSession, input_lines: int) -> bool:
+    """Whether a batch of ``input_lines`` lines is decided on the driver: the outcome is the same
+    either way (the engine-vs-model property tests run both), the cost is not. Twenty-odd Spark
+    jobs of a fraction of a second each are most of a small batch's time; one core orders and
+    decides 20,000 messages in about a tenth of a second."""
+    return input_lines <= int(spark.conf.get(DRIVER_DECIDE_LINES_CONF, str(DRIVER_DECIDE_LINES)))
