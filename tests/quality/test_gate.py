@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from msgdedup.engine.planning import DRIVER_DECIDE_LINES_CONF
 from msgdedup.quality import GateInputError, run_gate
 from msgdedup.exit_codes import USER_ERROR as EXIT_USER_ERROR
 from msgdedup.quality.gate import GateSettings, main
@@ -40,6 +41,16 @@ def pristine(spark, tmp_path_factory) -> Path:
     return root
 
 
+@pytest.fixture(params=["pandas", "spark"])
+def engine(request, spark):
+    """The checked tables validated by GX on pandas frames in the driver (a small batch, as these
+    are) or on Spark frames (a batch too large to collect): every corruption fails either way."""
+    if request.param == "spark":
+        spark.conf.set(DRIVER_DECIDE_LINES_CONF, "-1")
+    yield request.param
+    spark.conf.unset(DRIVER_DECIDE_LINES_CONF)
+
+
 @pytest.fixture()
 def warehouse(pristine, tmp_path) -> Path:
     copy = tmp_path / "wh"
@@ -47,7 +58,7 @@ def warehouse(pristine, tmp_path) -> Path:
     return copy
 
 
-def test_correct_batch_passes_and_writes_summary_and_data_docs(spark, warehouse):
+def test_correct_batch_passes_and_writes_summary_and_data_docs(spark, engine, warehouse):
     result = run_gate(spark, str(warehouse), "B2", GateSettings())
     assert result.success, result.summary_line()
     assert failed(result) == set()
@@ -81,7 +92,7 @@ def test_data_docs_list_every_gated_batch(spark, warehouse):
             assert relative in index, f"{relative} missing from the Data Docs index"
 
 
-def test_injected_duplicate_delivery_fails_the_window_expectation(spark, warehouse):
+def test_injected_duplicate_delivery_fails_the_window_expectation(spark, engine, warehouse):
     batch = warehouse / "delivered" / "batch_id=B2"
     copy = delivered("m9-dup", 9, "k6", 7, txn=None)
     write_rows(spark, str(batch), [copy], DELIVERED_DDL, mode="append")
@@ -121,7 +132,7 @@ def test_injected_duplicate_delivery_fails_the_window_expectation(spark, warehou
     assert ("key_window", "expect_column_values_to_be_null") in failed_names
 
 
-def test_half_delivered_transaction_fails_the_transaction_expectation(spark, warehouse):
+def test_half_delivered_transaction_fails_the_transaction_expectation(spark, engine, warehouse):
     """Move m10 (of T2) from delivered to dropped as transaction_rejected: counts still add up."""
     delivered_dir = warehouse / "delivered" / "batch_id=B2"
     dropped_dir = warehouse / "dropped" / "batch_id=B2"
@@ -148,7 +159,7 @@ def test_half_delivered_transaction_fails_the_transaction_expectation(spark, war
     assert "T2 partly delivered" in Path(partial.data_docs_page).read_text()
 
 
-def test_several_independent_corruptions_each_fail_their_own_expectation(spark, warehouse):
+def test_several_independent_corruptions_each_fail_their_own_expectation(spark, engine, warehouse):
     """In one batch: m10 of T2 dropped as a duplicate of m1 (another batch) while m9 stays
     delivered; m11 renamed m7 (now delivered and dropped); m13 without address; a manifest
     that shrinks the cache below the snapshot's size. Each is caught by its expectation only."""
@@ -193,7 +204,7 @@ def test_several_independent_corruptions_each_fail_their_own_expectation(spark, 
                                        "message_id": "m13", "address": None}]
 
 
-def test_broken_sequence_numbers_and_snapshot_each_fail_their_own_expectation(spark, warehouse):
+def test_broken_sequence_numbers_and_snapshot_each_fail_their_own_expectation(spark, engine, warehouse):
     """In one batch: m8 delivered in a cache the manifest does not declare, m10 without its
     cache_seq, m9's cache_seq also given to another key's delivery, a snapshot that holds k5
     twice, and a message without message_id and received_at. Each names its rows."""

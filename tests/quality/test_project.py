@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from msgdedup.quality.checks import CHECKED_TABLES, DATA_DOCS_SITE
+from msgdedup.quality.checks import CHECKED_TABLES, DATA_DOCS_SITE, PANDAS_SUFFIX
 from msgdedup.quality.project import QUALITY_DIR_VARIABLE, default_project_dir, open_context
 
 PROJECT = Path(__file__).resolve().parents[2] / "expectations"
@@ -25,10 +25,14 @@ def test_committed_suites_and_checkpoints_match_checks_py(tmp_path):
         ]
         assert [_expectation_signature(e) for e in suite["expectations"]] == expected, (
             f"expectations/ is out of date for {table.name}: run python -m msgdedup.quality.project expectations")
-        checkpoint = json.loads((PROJECT / "checkpoints" / f"{table.name}.json").read_text())
-        assert checkpoint["result_format"] == table.result_format()
-        # The gate builds the Data Docs once for all five checkpoints' results (gate.run_gate).
-        assert checkpoint["actions"] == []
+        # One suite, a checkpoint for it on Spark frames and one on pandas frames (small batches).
+        for name in (table.name, table.name + PANDAS_SUFFIX):
+            checkpoint = json.loads((PROJECT / "checkpoints" / f"{name}.json").read_text())
+            assert checkpoint["result_format"] == table.result_format()
+            # The gate builds the Data Docs once for all five checkpoints' results (gate.run_gate).
+            assert checkpoint["actions"] == []
+            definition = json.loads((PROJECT / "validation_definitions" / f"{name}.json").read_text())
+            assert definition["suite"]["name"] == table.name
 
 
 # GX evaluates an expectation's condition once per metric (count, sample values, sample rows):
@@ -50,6 +54,7 @@ def test_project_loads_with_stores_outside_git(tmp_path):
     assert f"${{{QUALITY_DIR_VARIABLE}}}/data_docs/" in config
     assert "analytics_enabled: false" in config
     context = open_context(PROJECT, str(tmp_path))
-    assert sorted(c.name for c in context.checkpoints.all()) == sorted(t.name for t in CHECKED_TABLES)
+    assert sorted(c.name for c in context.checkpoints.all()) == sorted(
+        name for t in CHECKED_TABLES for name in (t.name, t.name + PANDAS_SUFFIX))
     urls = context.get_docs_sites_urls(site_name=DATA_DOCS_SITE, only_if_exists=False)
     assert urls[0]["site_url"].startswith(f"file://{tmp_path}/data_docs")

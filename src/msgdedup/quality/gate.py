@@ -43,9 +43,9 @@ from pyspark.sql import DataFrame, SparkSession
 from msgdedup import exit_codes, layout
 from msgdedup.timing import StepTimer
 from msgdedup.engine.filesystem import HadoopFS, local_directory
-from msgdedup.engine.planning import small_plan
+from msgdedup.engine.planning import decides_on_driver, small_plan
 from msgdedup.quality import tables
-from msgdedup.quality.checks import CHECKED_TABLES, DATA_DOCS_SITE
+from msgdedup.quality.checks import CHECKED_TABLES, DATA_DOCS_SITE, PANDAS_SUFFIX
 from msgdedup.quality.materialise import MaterialisedTables, SmallFrames, gate_session
 from msgdedup.quality.project import default_project_dir, open_context
 
@@ -294,15 +294,32 @@ def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str,
 
 
 def _jsonable(value: Any) -> Any:
+    """A result's values as JSON, the same whether GX validated a Spark or a pandas frame (whose
+    values are numpy scalars, and whose nulls are pandas' NA or NaT)."""
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
-    if isinstance(value, (str, int, float, bool)) or value is None:
+    if isinstance(value, (str, bool)) or value is None:
+        return value
+    if _missing(value):
+        return None
+    if isinstance(value, (int, float)):
         return value
     if isinstance(value, datetime):
         return value.isoformat()
+    if hasattr(value, "item"):  # a numpy scalar
+        return _jsonable(value.item())
     return str(value)
+
+
+def _missing(value: Any) -> bool:
+    import pandas as pd
+
+    try:
+        return bool(pd.isna(value))
+    except (TypeError, ValueError):  # not a scalar
+        return False
 
 
 _OBSERVED_KEYS = ("observed_value", "element_count", "unexpected_count", "unexpected_percent", "missing_count")
@@ -342,7 +359,8 @@ def _local_url_to_path(url: str | None) -> str | None:
 
 @dataclass
 class _OpenProject:
-    """A GX project opened for one quality directory: its context and its five checkpoints."""
+    """A GX project opened for one quality directory: its context and its checkpoints (each
+    table's, on Spark and on pandas)."""
 
     key: tuple | None
     context: Any
@@ -382,7 +400,8 @@ def _take_project(spark: SparkSession, project_dir: Path, gx_dir: str, reusable:
         if project is not None:
             return project
     context = open_context(project_dir, gx_dir)
-    checkpoints = {table.name: context.checkpoints.get(table.name) for table in CHECKED_TABLES}
+    checkpoints = {name: context.checkpoints.get(name)
+                   for table in CHECKED_TABLES for name in (table.name, table.name + PANDAS_SUFFIX)}
     return _OpenProject(key=key, context=context, checkpoints=checkpoints)
 
 
@@ -414,6 +433,9 @@ def run_gate(
     # A small batch's checks are planned as its dedup was (engine/planning.py); the session is the gate's own.
     for key, value in small_plan(session, _input_bytes(batch.manifest)).items():
         session.conf.set(key, value)
+    # ... and a batch small enough to be decided on the driver is checked there too: its tables
+    # collected as pandas frames and validated by GX's pandas engine with the same suites.
+    on_driver = decides_on_driver(session, batch.manifest["counts"]["input_lines"])
     quality_dir = (settings.quality_dir or layout.quality_dir(warehouse)).rstrip("/")
     local_quality = local_directory(quality_dir)
     if local_quality is not None:
@@ -427,7 +449,7 @@ def run_gate(
     small: SmallFrames | None = None
     try:
         small = SmallFrames(session, small_frames(batch, batch_id))
-        checked = MaterialisedTables(session, checked_tables(session, batch, batch_id, small))
+        checked = MaterialisedTables(session, checked_tables(session, batch, batch_id, small), on_driver)
         with timer.step("import_gx"):
             # Usually done already (``preload_gx``); otherwise this is where the seconds go. Wait
             # for a preload still running: two threads importing GX at once can meet a partially
@@ -446,7 +468,7 @@ def run_gate(
         with timer.step("validate"):
             # In the order the tables are cached; the others are computed meanwhile.
             for name, frame in checked.as_cached():
-                checkpoint = checkpoints[name]
+                checkpoint = checkpoints[name + PANDAS_SUFFIX if on_driver else name]
                 # Group the Spark jobs by checked table, so the Spark UI shows what the gate does.
                 spark.sparkContext.setJobGroup(f"gx-gate-{name}", f"GX gate of batch {batch_id}: {name}")
                 result = checkpoint.run(batch_parameters={"dataframe": frame}, run_id=run_id)

@@ -18,6 +18,8 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Callable, Iterator
 
+import pandas as pd
+import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -26,6 +28,7 @@ from msgdedup.engine.planning import derived_session
 from msgdedup.local_frames import local_frame
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+_NULLABLE_INTEGERS = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int32Dtype()}
 LIMIT_INITIAL_PARTITIONS = "spark.sql.limit.initialNumPartitions"
 
 # A frame of "exceptions" (repeated ids, keys accepted again, shared sequence numbers) with at
@@ -67,10 +70,16 @@ class MaterialisedTables:
     A table is cut to at most the application's default parallelism in partitions (no
     shuffle): GX's sample queries (``limit 20``) scan a table partition by partition in
     successive jobs until they have their rows, and a passing table has none to find.
+
+    ``on_driver``: each table is collected to the driver as a pandas frame instead (one Spark
+    job), for GX's pandas engine: a small batch's tables are a few thousand rows, which pandas
+    checks in milliseconds, where GX's Spark queries cost a fraction of a second each.
     """
 
-    def __init__(self, spark: SparkSession, tables: dict[str, Callable[[], DataFrame]]) -> None:
+    def __init__(self, spark: SparkSession, tables: dict[str, Callable[[], DataFrame]],
+                 on_driver: bool = False) -> None:
         self._spark = spark
+        self._on_driver = on_driver
         self._parallelism = max(1, spark.sparkContext.defaultParallelism)
         self._started = time.perf_counter()
         self._finished: dict[str, float] = {}
@@ -79,9 +88,14 @@ class MaterialisedTables:
         self._futures: dict[str, Future] = {name: self._pool.submit(self._compute, name, build)
                                             for name, build in tables.items()}
 
-    def _compute(self, name: str, build: Callable[[], DataFrame]) -> DataFrame:
+    def _compute(self, name: str, build: Callable[[], DataFrame]) -> DataFrame | pd.DataFrame:
         # Job groups are per thread: the Spark UI shows which table a job computes.
         self._spark.sparkContext.setJobGroup(f"gx-gate-derive-{name}", f"GX gate: compute the checked table {name}")
+        if self._on_driver:
+            # nullable integers stay integers (pandas' default makes a column with a null float)
+            table = build().toArrow().to_pandas(types_mapper=_NULLABLE_INTEGERS.get)
+            self._finished[name] = time.perf_counter()
+            return table
         # as rows, not serialized: a serialized block spilled to disk is read back into one heap
         # buffer of its whole size (engine.batch._kept says more)
         frame = build().coalesce(self._parallelism).persist(StorageLevel.MEMORY_AND_DISK_DESER)
@@ -90,7 +104,7 @@ class MaterialisedTables:
         self._finished[name] = time.perf_counter()
         return frame
 
-    def as_cached(self) -> Iterator[tuple[str, DataFrame]]:
+    def as_cached(self) -> Iterator[tuple[str, DataFrame | pd.DataFrame]]:
         """``(name, table)`` as each table is cached (re-raises what computing one raised)."""
         pending = {future: name for name, future in self._futures.items()}
         while pending:

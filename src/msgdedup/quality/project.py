@@ -10,8 +10,10 @@ The checkpoints carry no ``UpdateDataDocsAction``: each Data Docs build also rew
 site's index over every batch ever validated, so the gate builds the site once per batch for
 all five results instead of once per checkpoint. The Spark data source does not persist the
 dataframes it is given (``persist: false``): the gate caches each checked table itself, once,
-before GX reads it. The Data Docs site is built by ``data_docs_offline.OfflineSiteBuilder``,
-whose pages load pinned copies of their browser assets instead of public CDNs.
+before GX reads it. Each suite also has a checkpoint on a pandas data source
+(``<table>_pandas``): a small batch's checked tables are validated on the driver. The Data
+Docs site is built by ``data_docs_offline.OfflineSiteBuilder``, whose pages load pinned copies
+of their browser assets instead of public CDNs.
 
 Regenerate after changing ``checks.py``::
 
@@ -26,7 +28,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from msgdedup.quality.checks import BATCH_DEFINITION, CHECKED_TABLES, DATA_DOCS_SITE, DATASOURCE
+from msgdedup.quality.checks import (
+    BATCH_DEFINITION, CHECKED_TABLES, DATA_DOCS_SITE, DATASOURCE, PANDAS_DATASOURCE, PANDAS_SUFFIX,
+)
 
 QUALITY_DIR_VARIABLE = "MSGDEDUP_QUALITY_DIR"
 PROJECT_ENV = "MSGDEDUP_GX_PROJECT"
@@ -135,25 +139,28 @@ def write_project(project_dir: Path) -> None:
     (project_dir / "great_expectations.yml").write_text(CONFIG_TEMPLATE)
     with tempfile.TemporaryDirectory() as scratch:
         context = open_context(project_dir, scratch)
-        source = context.data_sources.add_spark(name=DATASOURCE, persist=False)
+        spark_source = context.data_sources.add_spark(name=DATASOURCE, persist=False)
+        pandas_source = context.data_sources.add_pandas(name=PANDAS_DATASOURCE)
         for table in CHECKED_TABLES:
-            asset = source.add_dataframe_asset(name=table.name)
-            batch_definition = asset.add_batch_definition_whole_dataframe(BATCH_DEFINITION)
             suite = gx.ExpectationSuite(name=table.name, meta={"description": table.description})
             for expectation in table.build_expectations():
                 suite.add_expectation(expectation)
             suite = context.suites.add(suite)
-            definition = context.validation_definitions.add(
-                gx.ValidationDefinition(name=table.name, data=batch_definition, suite=suite)
-            )
-            context.checkpoints.add(
-                gx.Checkpoint(
-                    name=table.name,
-                    validation_definitions=[definition],
-                    actions=[],
-                    result_format=table.result_format(),
+            # one suite, validated on a Spark frame or (a small batch) on a pandas frame
+            for source, suffix in ((spark_source, ""), (pandas_source, PANDAS_SUFFIX)):
+                asset = source.add_dataframe_asset(name=table.name)
+                batch_definition = asset.add_batch_definition_whole_dataframe(BATCH_DEFINITION)
+                definition = context.validation_definitions.add(
+                    gx.ValidationDefinition(name=table.name + suffix, data=batch_definition, suite=suite)
                 )
-            )
+                context.checkpoints.add(
+                    gx.Checkpoint(
+                        name=table.name + suffix,
+                        validation_definitions=[definition],
+                        actions=[],
+                        result_format=table.result_format(),
+                    )
+                )
     shutil.rmtree(project_dir / "uncommitted", ignore_errors=True)
 
 
