@@ -9,8 +9,6 @@ with the same code (:func:`msgdedup.pipeline.run_in_session`), exit codes and lo
 back to the caller: the DAG's ``process_batch`` task (:mod:`msgdedup.orchestration.spark`), or a
 user with ``python -m msgdedup.batch_service submit -- --input … --warehouse … --batch-id …``.
 Every partition is still its own DAG run and its own commit, gated and published on its own.
-Before its first request, a service on a local master runs two small sample batches in a scratch
-warehouse (:func:`warm_up`), so that no partition pays the JVM's cold first batch.
 
 Why not Spark Connect (its server ships with pyspark): the engine's commit protocol runs in the
 driver against Hadoop's FileSystem API (the commit log's exclusive create, hsync, the writer's
@@ -242,9 +240,6 @@ class BatchService:
     def stop(self) -> None:
         self._stopping.set()
 
-    def stopping(self) -> bool:
-        return self._stopping.is_set()
-
     def _serve(self, conn: socket.socket) -> None:
         out = _Connection(conn)
         try:
@@ -301,52 +296,7 @@ class BatchService:
                 done.wait(CANCEL_EVERY_S)
 
 
-# The warm-up's sample: a first batch and a child of it, each with a few dozen messages.
-WARM_UP_HOURS = 2
-WARM_UP_MESSAGES = 40
-
-
-def warm_up(run: Callable[[list[str]], int], stopping: Callable[[], bool]) -> str:
-    """Run sample batches (``msgdedup.sample_data`` with the demo's windows: every policy and the
-    window-miss audit) through ``run`` in a scratch warehouse; return a line for the log.
-
-    Why: a JVM's first batch pays for its JIT compiler and for Spark's, Python's and GX's first
-    use of each code path, about twice a warm batch's time on 2 cores, and the service exists so
-    that partitions do not pay that. Requests that arrive meanwhile wait in the socket's backlog,
-    then run warm. A failed warm-up is reported, never fatal: the service then serves cold."""
-    import tempfile
-    from datetime import datetime, timezone
-
-    import yaml
-
-    from msgdedup import sample_data
-
-    started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="msgdedup-warm-up-") as scratch:
-        root = Path(scratch)
-        config = root / "address-settings.yaml"
-        config.write_text(yaml.safe_dump(sample_data.DEMO_ADDRESS_SETTINGS))
-        written = sample_data.write_partitions(
-            root / "raw", datetime(2026, 1, 1, tzinfo=timezone.utc), WARM_UP_HOURS,
-            messages_per_hour=WARM_UP_MESSAGES, files_per_partition=1)
-        codes = []
-        for partition in written["partitions"]:
-            if stopping():
-                return "warm-up: stopped"
-            out = io.StringIO()
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-                try:
-                    codes.append(run(["--input", partition["path"], "--warehouse", str(root / "warehouse"),
-                                      "--batch-id", partition["batch_id"], "--config", str(config)]))
-                except Exception as exc:  # noqa: BLE001 - a cold service still serves
-                    codes.append(f"{type(exc).__name__}: {exc}".splitlines()[0])
-            if codes[-1] != exit_codes.OK:
-                return f"warm-up: sample batch {partition['batch_id']} failed ({codes[-1]}), serving cold: " + \
-                    " | ".join(out.getvalue().splitlines()[-3:])
-    return f"warm-up: {len(codes)} sample batches in {time.monotonic() - started:.1f} s"
-
-
-def serve(socket_path: str | Path, warm: bool = True) -> int:
+def serve(socket_path: str | Path) -> int:
     """The ``serve`` command: a SparkSession (master from spark-submit) serving requests."""
     from msgdedup import pipeline
     from msgdedup.engine import batch
@@ -384,10 +334,6 @@ def serve(socket_path: str | Path, warm: bool = True) -> int:
     print(f"{PROG}: Spark {spark.version}, master {spark.sparkContext.master}, "
           f"listening on {socket_path}", flush=True)
     try:
-        if warm and spark.sparkContext.master.startswith("local"):
-            print(f"{PROG}: {warm_up(run, service.stopping)}", flush=True)
-        elif warm:  # its scratch warehouse is the driver's: a cluster's executors cannot write there
-            print(f"{PROG}: warm-up: skipped on a cluster master", flush=True)
         service.serve_forever()
     finally:
         if not service.died:  # stopping a SparkContext whose JVM is gone could wait forever
@@ -403,9 +349,6 @@ def main(argv: list[str] | None = None) -> int:
     p_serve = sub.add_parser("serve", help="serve requests (run it with spark-submit: "
                              "spark_apps/batch_service.py --socket PATH)")
     p_serve.add_argument("--socket", required=True, type=Path, help="path of the Unix socket to create")
-    p_serve.add_argument("--no-warm-up", dest="warm", action="store_false",
-                         help="serve at once, without first running two small sample batches in a "
-                              "scratch warehouse (the first request then runs cold)")
     p_submit = sub.add_parser("submit", help="run one batch in a running service and print its log")
     p_submit.add_argument("--socket", required=True, type=Path)
     p_submit.add_argument("batch_args", nargs=argparse.REMAINDER,
@@ -414,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         logging.basicConfig(level=logging.WARNING, format=f"{PROG} %(asctime)s %(levelname)s %(message)s")
         log.setLevel(logging.INFO)  # one line per request in the service's own log
-        return serve(args.socket, args.warm)
+        return serve(args.socket)
     batch_args = args.batch_args[1:] if args.batch_args[:1] == ["--"] else args.batch_args
     try:
         return submit(args.socket, batch_args)

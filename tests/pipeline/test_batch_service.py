@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -89,7 +88,7 @@ def own_service(tmp_path):
 
 
 def test_batches_run_one_after_another_in_one_application(service, raw, tmp_path):
-    sock, proc, service_log = service
+    sock, proc, _ = service
     wh = tmp_path / "wh"
     code, lines = run(sock, "--input", str(raw / "h5"), "--warehouse", str(wh), "--batch-id", H5)
     assert code == exit_codes.OK, lines
@@ -106,14 +105,6 @@ def test_batches_run_one_after_another_in_one_application(service, raw, tmp_path
     assert m6["parent"] == {"batch_id": H5, "snapshot_fingerprint": m5["snapshot_fingerprint"]}
     assert read(wh / "quality" / H6 / "result.json")["run_id"] == m6["run_id"]
     assert proc.poll() is None, "one application served both"
-    # before the first request, the service ran its sample batches (not "serving cold")
-    assert re.search(r"batch_service: warm-up: 2 sample batches in [0-9.]+ s\n", service_log.read_text())
-
-
-def test_a_stopping_service_runs_no_warm_up_batch():
-    ran = []
-    assert batch_service.warm_up(ran.append, stopping=lambda: True) == "warm-up: stopped"
-    assert ran == []
 
 
 def test_user_errors_keep_their_exit_codes_and_messages(service, raw, tmp_path):

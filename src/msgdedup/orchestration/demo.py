@@ -34,7 +34,7 @@ import yaml
 
 from msgdedup import reports, sample_data
 from msgdedup.orchestration import settings
-from msgdedup.orchestration.local_airflow import BATCH_SERVICE, PROJECT_ROOT, LocalAirflow
+from msgdedup.orchestration.local_airflow import PROJECT_ROOT, LocalAirflow
 from msgdedup.orchestration.partitions import batch_id_for
 from msgdedup.review.screenshots import write_demo_screenshots
 
@@ -313,13 +313,9 @@ def start_airflow(af: LocalAirflow, raw: Path, warehouse: Path) -> str:
     if not all(af.running().values()):
         log(f"configuring Airflow in {af.home} (SQLite, LocalExecutor, parallelism {af.parallelism})")
         af.configure()
-        if af.batch_service and af.pid(BATCH_SERVICE) is None:
-            # It needs no metadata DB: its Spark application starts while the DB is migrated.
-            log("starting the batch service")
-            af.start((BATCH_SERVICE,))
         af.migrate()
         configure_airflow_objects(af, raw, warehouse, demo_config(af.home / "demo"))
-        log("starting " + ", ".join(c for c in af.components if af.pid(c) is None))
+        log("starting " + ", ".join(af.components))
         af.start()
     else:
         configure_airflow_objects(af, raw, warehouse, demo_config(af.home / "demo"))

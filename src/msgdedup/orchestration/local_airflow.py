@@ -264,33 +264,24 @@ class LocalAirflow:
             time.sleep(0.5)
 
     def start(self, components: tuple[str, ...] | None = None) -> None:
-        """Start the components that are not running (configure, and migrate before the first
-        Airflow component). The batch service uses no metadata DB, so it starts first: its JVM
-        comes up while the DB is migrated."""
+        """Start the components that are not running (configure + migrate first)."""
         components = self.components if components is None else components
-        to_start = [c for c in components if not self.pid(c)]
-        if not to_start:
+        if all(self.pid(c) for c in components):
             return
-        if "api-server" in to_start and _port_in_use(self.port):
+        if self.pid("api-server") is None and _port_in_use(self.port):
             raise RuntimeError(f"port {self.port} is in use by another program")
-        migrated = getattr(self, "_migrated", False)
-        if not migrated:
-            self.configure()  # not while components run: a task starting then would read a cut file
-        if BATCH_SERVICE in to_start:
-            self._spawn(BATCH_SERVICE)
-        airflow = [c for c in to_start if c != BATCH_SERVICE]
-        if airflow and not migrated:
+        if not getattr(self, "_migrated", False):
+            self.configure()
             self.migrate()
-        for component in airflow:
-            self._spawn(component)
-
-    def _spawn(self, component: str) -> None:
-        log = self.log_file(component).open("ab")
-        proc = subprocess.Popen(
-            self.command(component), env=self.env(), cwd=self.home, stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
-        )
-        self.pid_file(component).write_text(f"{proc.pid}\n")
+        for component in components:
+            if self.pid(component):
+                continue
+            log = self.log_file(component).open("ab")
+            proc = subprocess.Popen(
+                self.command(component), env=self.env(), cwd=self.home, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+            self.pid_file(component).write_text(f"{proc.pid}\n")
 
     def stop(self, timeout: float = 30) -> list[str]:
         """Stop the processes this home started (by their pid files); return what was stopped."""
