@@ -212,9 +212,6 @@ class LocalAirflow:
             "api_auth": {"jwt_secret": self._secret("jwt_secret", 64)},
             "scheduler": {
                 "scheduler_heartbeat_sec": 2,
-                # An idle loop sleeps this long (default 1 s) before it looks again: a backfill's
-                # next task, or next run, waits for it at each step (three tasks a partition).
-                "scheduler_idle_sleep_time": 0.2,
                 "parsing_processes": 1,
                 "use_job_schedule": "True",
             },
