@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from msgdedup.quality.checks import CHECKED_TABLES, DATA_DOCS_SITE, PANDAS_SUFFIX
+from msgdedup.quality.checks import CHECKED_TABLES, DATA_DOCS_SITE, checkpoint_name
 from msgdedup.quality.project import QUALITY_DIR_VARIABLE, default_project_dir, open_context
 
 PROJECT = Path(__file__).resolve().parents[2] / "expectations"
@@ -26,7 +26,7 @@ def test_committed_suites_and_checkpoints_match_checks_py(tmp_path):
         assert [_expectation_signature(e) for e in suite["expectations"]] == expected, (
             f"expectations/ is out of date for {table.name}: run python -m msgdedup.quality.project expectations")
         # One suite, a checkpoint for it on Spark frames and one on pandas frames (small batches).
-        for name in (table.name, table.name + PANDAS_SUFFIX):
+        for name in (checkpoint_name(table.name), checkpoint_name(table.name, pandas=True)):
             checkpoint = json.loads((PROJECT / "checkpoints" / f"{name}.json").read_text())
             assert checkpoint["result_format"] == table.result_format()
             # The gate builds the Data Docs once for all five checkpoints' results (gate.run_gate).
@@ -55,6 +55,6 @@ def test_project_loads_with_stores_outside_git(tmp_path):
     assert "analytics_enabled: false" in config
     context = open_context(PROJECT, str(tmp_path))
     assert sorted(c.name for c in context.checkpoints.all()) == sorted(
-        name for t in CHECKED_TABLES for name in (t.name, t.name + PANDAS_SUFFIX))
+        checkpoint_name(t.name, pandas) for t in CHECKED_TABLES for pandas in (False, True))
     urls = context.get_docs_sites_urls(site_name=DATA_DOCS_SITE, only_if_exists=False)
     assert urls[0]["site_url"].startswith(f"file://{tmp_path}/data_docs")

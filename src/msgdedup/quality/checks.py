@@ -154,9 +154,12 @@ CHECKED_TABLES: tuple[CheckedTable, ...] = (
 DATASOURCE = "msgdedup_batch"
 # The same suites on pandas frames, for a small batch's tables collected to the driver
 # (gate.run_gate): GX asks a Spark frame several Spark jobs per expectation, which were most of
-# a small batch's gate; a pandas frame answers in the driver. Its checkpoints are the tables'
-# names with this suffix.
+# a small batch's gate; a pandas frame answers in the driver.
 PANDAS_DATASOURCE = "msgdedup_batch_pandas"
-PANDAS_SUFFIX = "_pandas"
 BATCH_DEFINITION = "whole_batch"
 DATA_DOCS_SITE = "warehouse_site"
+
+
+def checkpoint_name(table: str, pandas: bool = False) -> str:
+    """The checkpoint that validates ``table`` on a Spark frame, or on a pandas frame."""
+    return f"{table}_pandas" if pandas else table

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import unquote, urlparse
 
+import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 
 from msgdedup import exit_codes, layout
@@ -45,7 +46,7 @@ from msgdedup.timing import StepTimer
 from msgdedup.engine.filesystem import HadoopFS, local_directory
 from msgdedup.engine.planning import decides_on_driver, small_plan
 from msgdedup.quality import tables
-from msgdedup.quality.checks import CHECKED_TABLES, DATA_DOCS_SITE, PANDAS_SUFFIX
+from msgdedup.quality.checks import CHECKED_TABLES, DATA_DOCS_SITE, checkpoint_name
 from msgdedup.quality.materialise import MaterialisedTables, SmallFrames, gate_session
 from msgdedup.quality.project import default_project_dir, open_context
 
@@ -314,8 +315,6 @@ def _jsonable(value: Any) -> Any:
 
 
 def _missing(value: Any) -> bool:
-    import pandas as pd
-
     try:
         return bool(pd.isna(value))
     except (TypeError, ValueError):  # not a scalar
@@ -400,8 +399,8 @@ def _take_project(spark: SparkSession, project_dir: Path, gx_dir: str, reusable:
         if project is not None:
             return project
     context = open_context(project_dir, gx_dir)
-    checkpoints = {name: context.checkpoints.get(name)
-                   for table in CHECKED_TABLES for name in (table.name, table.name + PANDAS_SUFFIX)}
+    checkpoints = {name: context.checkpoints.get(name) for table in CHECKED_TABLES
+                   for name in (checkpoint_name(table.name), checkpoint_name(table.name, pandas=True))}
     return _OpenProject(key=key, context=context, checkpoints=checkpoints)
 
 
@@ -468,7 +467,7 @@ def run_gate(
         with timer.step("validate"):
             # In the order the tables are cached; the others are computed meanwhile.
             for name, frame in checked.as_cached():
-                checkpoint = checkpoints[name + PANDAS_SUFFIX if on_driver else name]
+                checkpoint = checkpoints[checkpoint_name(name, pandas=on_driver)]
                 # Group the Spark jobs by checked table, so the Spark UI shows what the gate does.
                 spark.sparkContext.setJobGroup(f"gx-gate-{name}", f"GX gate of batch {batch_id}: {name}")
                 result = checkpoint.run(batch_parameters={"dataframe": frame}, run_id=run_id)

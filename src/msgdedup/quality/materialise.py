@@ -28,8 +28,9 @@ from msgdedup.engine.planning import derived_session
 from msgdedup.local_frames import local_frame
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
-_NULLABLE_INTEGERS = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int32Dtype()}
 LIMIT_INITIAL_PARTITIONS = "spark.sql.limit.initialNumPartitions"
+# Arrow -> pandas: nullable integers stay integers (pandas' default makes a column with a null float)
+_NULLABLE_INTEGERS = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int32Dtype()}
 
 # A frame of "exceptions" (repeated ids, keys accepted again, shared sequence numbers) with at
 # most this many rows is brought to the driver and given to the checked table as a local table;
@@ -92,17 +93,15 @@ class MaterialisedTables:
         # Job groups are per thread: the Spark UI shows which table a job computes.
         self._spark.sparkContext.setJobGroup(f"gx-gate-derive-{name}", f"GX gate: compute the checked table {name}")
         if self._on_driver:
-            # nullable integers stay integers (pandas' default makes a column with a null float)
             table = build().toArrow().to_pandas(types_mapper=_NULLABLE_INTEGERS.get)
-            self._finished[name] = time.perf_counter()
-            return table
-        # as rows, not serialized: a serialized block spilled to disk is read back into one heap
-        # buffer of its whole size (engine.batch._kept says more)
-        frame = build().coalesce(self._parallelism).persist(StorageLevel.MEMORY_AND_DISK_DESER)
-        self._cached.append(frame)
-        frame.count()
+        else:
+            # as rows, not serialized: a serialized block spilled to disk is read back into one
+            # heap buffer of its whole size (engine.batch._kept says more)
+            table = build().coalesce(self._parallelism).persist(StorageLevel.MEMORY_AND_DISK_DESER)
+            self._cached.append(table)
+            table.count()
         self._finished[name] = time.perf_counter()
-        return frame
+        return table
 
     def as_cached(self) -> Iterator[tuple[str, DataFrame | pd.DataFrame]]:
         """``(name, table)`` as each table is cached (re-raises what computing one raised)."""

@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 from msgdedup.quality.checks import (
-    BATCH_DEFINITION, CHECKED_TABLES, DATA_DOCS_SITE, DATASOURCE, PANDAS_DATASOURCE, PANDAS_SUFFIX,
+    BATCH_DEFINITION, CHECKED_TABLES, DATA_DOCS_SITE, DATASOURCE, PANDAS_DATASOURCE, checkpoint_name,
 )
 
 QUALITY_DIR_VARIABLE = "MSGDEDUP_QUALITY_DIR"
@@ -147,15 +147,16 @@ def write_project(project_dir: Path) -> None:
                 suite.add_expectation(expectation)
             suite = context.suites.add(suite)
             # one suite, validated on a Spark frame or (a small batch) on a pandas frame
-            for source, suffix in ((spark_source, ""), (pandas_source, PANDAS_SUFFIX)):
+            for source, pandas in ((spark_source, False), (pandas_source, True)):
+                name = checkpoint_name(table.name, pandas)
                 asset = source.add_dataframe_asset(name=table.name)
                 batch_definition = asset.add_batch_definition_whole_dataframe(BATCH_DEFINITION)
                 definition = context.validation_definitions.add(
-                    gx.ValidationDefinition(name=table.name + suffix, data=batch_definition, suite=suite)
+                    gx.ValidationDefinition(name=name, data=batch_definition, suite=suite)
                 )
                 context.checkpoints.add(
                     gx.Checkpoint(
-                        name=table.name + suffix,
+                        name=name,
                         validation_definitions=[definition],
                         actions=[],
                         result_format=table.result_format(),
