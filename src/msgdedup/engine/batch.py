@@ -15,10 +15,12 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
 from msgdedup import __version__, exit_codes
 from msgdedup.config import APAMA, COUNT, TIME, AddressSettings, ConfigError, load_settings
@@ -50,6 +52,18 @@ def _write_counted(frame: DataFrame, path: str) -> tuple[DataFrame, int]:
     written = Observation(f"rows written to {path}")
     frame.observe(written, F.count(F.lit(1)).alias("rows")).write.mode("overwrite").parquet(path)
     return frame.sparkSession.read.schema(frame.schema).parquet(path), written.get["rows"]
+
+
+def _write_empty(fs: HadoopFS, frame: DataFrame, path: str) -> tuple[DataFrame, int]:
+    """Write ``frame``, which the books already show empty, as Spark writes an empty frame (one
+    Parquet file of the schema alone, and ``_SUCCESS``), from the driver: a Spark job that writes
+    nothing costs about what a small output's write does (planning, scheduling, a task)."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(to_arrow_schema(frame.schema).empty_table(), sink)
+    fs.delete(path)
+    fs.write_file(f"{path}/part-00000-empty.parquet", sink.getvalue().to_pybytes())
+    fs.write_file(f"{path}/_SUCCESS", b"")
+    return frame.sparkSession.read.schema(frame.schema).parquet(path), 0
 
 
 def run_batch(spark: SparkSession, input_path: str, warehouse_root: str, batch_id: str,
@@ -149,14 +163,14 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     windows = cache_windows.resolve(settings, parent_manifest["caches"] if parent_manifest else {}, keyed)
     apama = cache_windows.of_policy(windows, APAMA)
     valid, invalid = transforms.split_valid(parsed)
-    valid = parsing.with_cache_keys(valid, _domains(spark, addresses, settings))
+    keyed = parsing.with_cache_keys(valid, _domains(spark, addresses, settings))
     snapshot = _parent_snapshot(spark, warehouse, txn.parent, windows)
     parent = _Parent(
         counted=None if snapshot is None else snapshot.filter(~F.col("cache").isin(apama or [""])),
         apama=snapshot.filter(F.col("cache").isin(apama)) if apama and snapshot is not None else None,
         left=_parent_left_keys(spark, warehouse, txn.parent, windows) if settings.audit_horizon else None)
     decide = _decide_on_driver if decides_on_driver(spark, input_lines) else _decide_in_spark
-    decided = decide(spark, valid.select(*transforms.KEY_COLUMNS), parent, windows, txn.batch_id,
+    decided = decide(spark, keyed.select(*transforms.KEY_COLUMNS), parent, windows, txn.batch_id,
                      [f.path for f in files], kept)
     tally = decided.tally
     caches = manifests.cache_counters(windows, tally.accepted_per_cache(),
@@ -192,9 +206,15 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
         LEFT_KEYS: audit.left_keys(entries, parent.left, bounds) if settings.audit_horizon
         else local_frame(spark, [], audit.ENTRY_SCHEMA),  # the audit is off: nothing is remembered
     }
+    # Outputs the books show empty without a pass (no invalid line, no repeated message_id; the
+    # audit off) are written from the driver. The books still add up: every line is counted
+    # by the census and the other outputs' writes.
+    empty = {"quarantine": input_lines == tally.of(kernel.DELIVERED) + tally.of(kernel.DROPPED),
+             LEFT_KEYS: not settings.audit_horizon}
     written = {}
     for name, frame in staged.items():
-        written[name] = _write_counted(frame, f"{staging}/{name}")
+        path = f"{staging}/{name}"
+        written[name] = _write_empty(warehouse.fs, frame, path) if empty.get(name) else _write_counted(frame, path)
         if name == "delivered":
             failpoint("while_staging")
     timer.lap("write")

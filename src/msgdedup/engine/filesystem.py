@@ -172,6 +172,15 @@ class HadoopFS:
             stream.close()
         return jpath
 
+    def write_file(self, path: str, data: bytes) -> None:
+        """Write a whole new file durably (its directory is created)."""
+        local = self.local_path(path)
+        if local is not None:
+            os.makedirs(os.path.dirname(local), exist_ok=True)
+            _write_durably(local, data)
+            return
+        self._write_hadoop(path, data)
+
     def write_text_atomic(self, path: str, text: str) -> None:
         """Write durably to a temporary sibling, then rename: readers see the old file or the new one."""
         temporary = f"{path}.{uuid.uuid4().hex[:8]}.tmp"

@@ -259,9 +259,12 @@ def with_outcome(verdicts: DataFrame, outcome: str) -> DataFrame:
 def judge(valid: DataFrame, verdicts: DataFrame) -> DataFrame:
     """Valid messages with their verdicts: a join of wide rows (raw lines stay out). Each output
     joins only the verdicts it keeps (``with_outcome``), so that side stays small enough to
-    broadcast and the wide rows are read, never shuffled."""
+    broadcast and the wide rows are read, never shuffled. A message's ``cache`` and ``dedup_key``
+    come with its verdict: ``valid`` is the parsed rows as they are, so an output's query does
+    not resolve the addresses' domains again (a join, and a Spark job to broadcast it)."""
     return valid.drop("error", "raw_line").join(
-        verdicts.select("row_id", "outcome", "reason", "duplicate_of", "cache_seq", "error", "received_at_us"),
+        verdicts.select("row_id", "outcome", "reason", "duplicate_of", "cache_seq", "error", "received_at_us",
+                        "cache", "dedup_key"),
         "row_id")
 
 
