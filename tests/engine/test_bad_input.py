@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from msgdedup.engine import audit
 from msgdedup.engine.batch import run_batch
 
 from tests.engine.support import manifest, message, read_output, write_batch
@@ -102,6 +103,23 @@ def test_long_valid_line_is_delivered_whole(bad_batch):
     warehouse, _ = bad_batch
     long_ok = [r for r in read_output(warehouse, "delivered", BATCH) if r["message_id"] == "long-ok"]
     assert len(long_ok) == 1 and long_ok[0]["body"] == LONG_BODY
+
+
+def test_outputs_the_books_show_empty_read_like_spark_written_ones(spark, bad_batch, tmp_path):
+    """A clean batch's quarantine and (audit off) left_keys are written from the driver
+    (batch._write_empty): they must read back with the schema Spark gives a written output."""
+    write_batch(tmp_path / "raw", {"a.jsonl": [message("m1", key="k"), message("m2", key="k")]})
+    run_batch(spark, str(tmp_path / "raw"), str(tmp_path / "wh"), BATCH)
+    counts = manifest(tmp_path / "wh", BATCH)["counts"]
+    assert (counts["input_lines"], counts["delivered"], counts["dropped"], counts["quarantined"]) == (2, 1, 1, 0)
+    bad_warehouse, _ = bad_batch
+    assert read_output(bad_warehouse, "quarantine", BATCH), "the bad batch's quarantine was written by Spark"
+    expected = {"quarantine": spark.read.parquet(str(bad_warehouse / "quarantine" / f"batch_id={BATCH}")).schema,
+                "left_keys": spark.createDataFrame([], audit.ENTRY_SCHEMA).schema}
+    for name, schema in expected.items():
+        empty = spark.read.parquet(str(tmp_path / "wh" / name / f"batch_id={BATCH}"))
+        assert empty.count() == 0
+        assert [(f.name, f.dataType) for f in empty.schema] == [(f.name, f.dataType) for f in schema], name
 
 
 def test_unknown_fields_are_carried(spark, tmp_path):
