@@ -31,8 +31,9 @@ with DAG(
     schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC"),
     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
     catchup=False,  # older hours are processed with `airflow backfill create` (oldest first)
-    max_active_runs=1,
-    max_active_tasks=1,
+    # a partition's sensor runs beside its predecessor's publish; the order is depends_on_past's
+    max_active_runs=settings.MAX_ACTIVE_RUNS,
+    max_active_tasks=settings.MAX_ACTIVE_RUNS,
     # A run stuck in a way the task timeouts do not catch gives its slot back (settings.py).
     dagrun_timeout=settings.DAGRUN_TIMEOUT,
     default_args={

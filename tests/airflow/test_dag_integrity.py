@@ -31,7 +31,9 @@ def test_scheduling_and_ordering_guarantees(dagbag):
     assert type(dag.timetable).__name__ == "CronDataIntervalTimetable"
     assert dag.timetable.expression == "0 * * * *"
     assert str(dag.timetable.timezone) == "UTC"
-    assert dag.max_active_runs == 1
+    # two runs at once: a sensor runs beside its predecessor's publish (settings.MAX_ACTIVE_RUNS);
+    # the order is the tasks' depends_on_past with wait_for_downstream
+    assert dag.max_active_runs == dag.max_active_tasks == 2
     for task in dag.tasks:
         assert task.depends_on_past, task.task_id
         assert task.wait_for_downstream, task.task_id

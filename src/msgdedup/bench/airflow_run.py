@@ -327,10 +327,12 @@ def _epoch(stamp: str | None) -> float | None:
 
 
 def _backfill_create(af: Any, dag_id: str, first: str, last: str) -> None:
+    from msgdedup.orchestration import settings
+
     for attempt in range(1, BACKFILL_CREATE_ATTEMPTS + 1):
         done = af.airflow("backfill", "create", "--dag-id", dag_id, "--from-date", f"{first}:00:00+00:00",
                           "--to-date", f"{last}:00:00+00:00", "--reprocess-behavior", "failed",
-                          "--max-active-runs", "1", check=False)
+                          "--max-active-runs", str(settings.MAX_ACTIVE_RUNS), check=False)
         if done.returncode == 0:
             return
         if "database is locked" not in done.stdout + done.stderr or attempt == BACKFILL_CREATE_ATTEMPTS:

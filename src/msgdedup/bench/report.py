@@ -256,6 +256,9 @@ def markdown(results: dict[str, Any]) -> str:
         if b.get("ok"):
             runs = sorted(x for x in b.get("run_s") or [] if x is not None)
             gaps = sorted(x for x in b.get("gap_s") or [] if x is not None)
+            # from one run's end to the next one's: the gap before it plus its own run
+            cadence = sorted(g + r for g, r in zip(b.get("gap_s") or [], (b.get("run_s") or [])[1:], strict=False)
+                             if g is not None and r is not None)
             median = lambda xs: xs[len(xs) // 2] if xs else None  # noqa: E731
             lines += [
                 "",
@@ -264,7 +267,9 @@ def markdown(results: dict[str, Any]) -> str:
                 f"process_batch in the batch service: {_fmt(b.get('in_service'))}): {_fmt(b.get('wall_s'), 1)} s "
                 f"from create to the last success, **{_fmt(b.get('per_partition_s'), 1)} s per partition** "
                 f"(a run takes {_fmt(median(runs), 1)} s median, first {_fmt((b.get('run_s') or [None])[0], 1)} s; "
-                f"{_fmt(median(gaps), 1)} s median between runs; create {_fmt(b.get('create_s'), 1)} s). "
+                f"{_fmt(median(gaps), 1)} s median from a run's end to the next one's start, negative when "
+                f"the next run was running already; one run ended every {_fmt(median(cadence), 1)} s median; "
+                f"create {_fmt(b.get('create_s'), 1)} s). "
                 f"Peak RSS of Airflow and the service {_mb(b.get('peak_rss_bytes'))} MiB; start-up (not included) "
                 f"{_fmt(b.get('startup_s'), 0)} s.",
             ]

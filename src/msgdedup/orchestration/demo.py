@@ -9,8 +9,8 @@ partitions and the finished runs):
    Spark application that runs every partition's dedup and gate: ``msgdedup.batch_service``),
    create the ``spark_default`` connection (``local[*]``), the Variables (``msgdedup_batch_service``
    names the service's socket) and the one-slot pool ``msgdedup_warehouse``;
-3. create a backfill (``--reprocess-behavior failed``) over the window (oldest first, one run
-   at a time) through the REST API of the running API server (``POST /api/v2/backfills``), unpause
+3. create a backfill (``--reprocess-behavior failed``) over the window (oldest first, each
+   partition's Spark step after its predecessor's publish) through the REST API of the running API server (``POST /api/v2/backfills``), unpause
    the DAG and wait for the real scheduler, printing progress;
 4. print a summary per batch and, last, ``UI: http://localhost:8080 user: admin password: …``.
 
@@ -145,15 +145,15 @@ ORPHAN_BACKFILL_WAIT_S = 180
 def backfill_request(first: str, last: str, reprocess: str = "failed",
                      conf: dict[str, Any] | None = None) -> dict[str, Any]:
     """The body of ``POST /api/v2/backfills`` over first..last (batch ids, inclusive), oldest
-    first, one run at a time; the same as ``airflow backfill create --dag-id message_dedup
-    --from-date <first>:00:00+00:00 --to-date <last>:00:00+00:00 --reprocess-behavior <reprocess>
-    --max-active-runs 1 [--dag-run-conf <conf>]``."""
+    first, each run after its predecessor (``settings.MAX_ACTIVE_RUNS``); the same as ``airflow
+    backfill create --dag-id message_dedup --from-date <first>:00:00+00:00 --to-date
+    <last>:00:00+00:00 --reprocess-behavior <reprocess> --max-active-runs 2 [--dag-run-conf <conf>]``."""
     return {
         "dag_id": settings.DAG_ID,
         "from_date": f"{first}:00:00+00:00",
         "to_date": f"{last}:00:00+00:00",
         "reprocess_behavior": reprocess,
-        "max_active_runs": 1,
+        "max_active_runs": settings.MAX_ACTIVE_RUNS,
         "run_backwards": False,
         "dag_run_conf": conf or {},
     }
@@ -342,7 +342,7 @@ def ensure_backfill(af: LocalAirflow, token: str, batch_ids: list[str], say=log)
         log("a backfill is already running; waiting for it")
     else:
         say(f"creating a backfill of {settings.DAG_ID} from {batch_ids[0]} to {batch_ids[-1]} "
-            "(POST /api/v2/backfills, reprocess_behavior failed, max_active_runs 1)")
+            f"(POST /api/v2/backfills, reprocess_behavior failed, max_active_runs {settings.MAX_ACTIVE_RUNS})")
         created = backfill(af, batch_ids[0], batch_ids[-1], say=say)
         say(f"backfill {created['id']} created")
 

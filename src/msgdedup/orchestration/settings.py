@@ -53,8 +53,17 @@ WAREHOUSE_POOL_DESCRIPTION = "message_dedup: one process_batch (warehouse writer
 WAREHOUSE_BUSY_POKE = timedelta(minutes=2)
 WAREHOUSE_BUSY_MAX_WAIT = timedelta(hours=2)
 
+# Runs of one kind (the scheduled runs, or one backfill's) active at once, and tasks of the DAG
+# running at once. Two, so that a partition's run is already running when its predecessor's
+# ``publish`` starts: its ``wait_for_partition`` runs beside that publish, instead of the scheduler
+# first ending one run and then starting the next (two of its loops, about 2 s a partition).
+# The order does not come from here: every task ``depends_on_past`` with ``wait_for_downstream``,
+# so a sensor waits for its predecessor's ``process_batch`` and a ``process_batch`` for its
+# predecessor's ``publish``; at most one task of each of the two runs is ready at any time.
+MAX_ACTIVE_RUNS = 2
+
 # Timeouts, so that a hung Spark application (e.g. a standalone master without workers waits for
-# resources forever) cannot hold the DAG's only run slot (max_active_runs=1) forever.
+# resources forever) cannot hold the DAG's run slots (MAX_ACTIVE_RUNS) forever.
 # process_batch: 1M messages take about 2 min on 2 cores (docs/benchmarks.md); 2 h leaves a
 # wide margin for a large hour on a busy cluster. On timeout Airflow kills spark-submit
 # (on_kill) and the task is retried like any other non-final failure.
