@@ -172,3 +172,34 @@ def test_data_quality_plugin_requires_airflow_login(backfilled):
     assert status == 404
     status, _ = _get(f"{base}/batches/..%2F..%2Fetc", auth)
     assert status == 404
+
+
+def test_a_failed_partition_stops_the_ones_after_it(backfilled):
+    """Two runs may be active at once (settings.MAX_ACTIVE_RUNS), yet a partition whose Spark step
+    failed stops the next one: its sensor waits for that failed process_batch (wait_for_downstream).
+    Last in the module: it leaves two partitions behind, the later one never processed."""
+    from datetime import datetime, timezone
+
+    from msgdedup.sample_data import write_partitions
+
+    live, _ = backfilled
+    t2, t3 = "2026-11-20T02", "2026-11-20T03"
+    write_partitions(live.raw, datetime(2026, 11, 20, 2, tzinfo=timezone.utc), hours=2, seed=12,
+                     messages_per_hour=60, files_per_partition=1)
+    (live.raw / "dt=2026-11-20" / "hour=02" / "notes.txt").write_text("not a message file\n")
+    created = live.backfill(t2, t3)
+    failed = live.wait_batches([t2])[t2]
+    assert failed["state"] == "failed"
+    process = live.task_instances(failed["dag_run_id"])["process_batch"]
+    assert process["state"] == "failed" and process["try_number"] == 1  # a user error: no retry
+    assert "unsupported input file" in live.task_log(failed["dag_run_id"], "process_batch", 1)
+    time.sleep(8)  # several scheduler loops, in which nothing of t3 may start
+    later = live.backfill_runs([t3])[t3]
+    assert {ti["task_id"]: ti["start_date"] for ti in live.task_instances(later["dag_run_id"]).values()} == {
+        "wait_for_partition": None, "process_batch": None, "publish": None}
+    assert not (live.warehouse / "runs" / f"{t3}.json").exists()
+    # the run of t3 would wait for its dagrun_timeout: end it and the backfill
+    status, body = live.api("PUT", f"/api/v2/backfills/{created['id']}/cancel")
+    assert status == 200, body
+    status, body = live.api("PATCH", f"/api/v2/dags/message_dedup/dagRuns/{later['dag_run_id']}", {"state": "failed"})
+    assert status == 200, body
