@@ -209,7 +209,7 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     # Outputs the books show empty without a pass (no invalid line, no repeated message_id; the
     # audit off) are written from the driver. The books still add up: every line is counted
     # by the census and the other outputs' writes.
-    empty = {"quarantine": input_lines == tally.of(kernel.DELIVERED) + tally.of(kernel.DROPPED),
+    empty = {"quarantine": tally.quarantined(input_lines) == 0,
              LEFT_KEYS: not settings.audit_horizon}
     written = {}
     for name, frame in staged.items():
@@ -362,6 +362,11 @@ class _Tally:
     def of(self, outcome: str) -> int:
         return sum(r["count"] for r in self.rows if r["outcome"] == outcome)
 
+    def quarantined(self, input_lines: int) -> int:
+        """The quarantine's rows by the books: every line neither delivered nor dropped (invalid
+        lines have no verdict, repeated message_ids the verdict QUARANTINED)."""
+        return input_lines - self.of(kernel.DELIVERED) - self.of(kernel.DROPPED)
+
     def accepted_per_cache(self) -> dict[str, int]:
         """cache -> keys accepted, for every cache the batch met."""
         accepted: dict[str, int] = {}
@@ -396,8 +401,7 @@ def _counts(input_lines: int, tally: _Tally, written: dict[str, int]) -> dict:
     """The books: every input line is in exactly one staged output, as the verdicts say.
     ``written``: the rows each output's write reported (``_write_counted``)."""
     delivered, dropped, quarantined = (written[name] for name in ("delivered", "dropped", "quarantine"))
-    expected = (tally.of(kernel.DELIVERED), tally.of(kernel.DROPPED),
-                input_lines - tally.of(kernel.DELIVERED) - tally.of(kernel.DROPPED))
+    expected = (tally.of(kernel.DELIVERED), tally.of(kernel.DROPPED), tally.quarantined(input_lines))
     # The verdicts sum to the input by construction, so matching them balances the books.
     if (delivered, dropped, quarantined) != expected:
         raise AccountingError(

@@ -184,15 +184,12 @@ class HadoopFS:
     def write_text_atomic(self, path: str, text: str) -> None:
         """Write durably to a temporary sibling, then rename: readers see the old file or the new one."""
         temporary = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
+        self.write_file(temporary, text.encode("utf-8"))
         local = self.local_path(path)
         if local is not None:
-            os.makedirs(os.path.dirname(local), exist_ok=True)
-            local_tmp = self.local_path(temporary)
-            _write_durably(local_tmp, text.encode("utf-8"))
-            os.replace(local_tmp, local)
+            os.replace(self.local_path(temporary), local)
             _fsync_directory(os.path.dirname(local))
             return
-        self._write_hadoop(temporary, text.encode("utf-8"))
         jpath = self._path(path)
         fs = self._fs(jpath)
         if fs.exists(jpath):
