@@ -154,6 +154,9 @@ def test_targets_and_table():
     assert "**10.0 s per partition** (a run takes 9.0 s median, first 12.0 s" in table
     assert "**make demo** from a fresh home (after `make setup`): 200.0 s in all" in table
     assert "| backfill through Airflow: ≤ 11 s per partition | 10.00 s | met |" in table
+    assert "FAILED" not in table
+    results["failures"] = ["ours (2K, 200 addresses, cache 1M): exit 1"]
+    assert "**1 run(s) FAILED:** ours (2K, 200 addresses, cache 1M): exit 1." in report.markdown(results)
 
 
 def test_publish_writes_json_plot_and_docs(tmp_path):

@@ -22,7 +22,7 @@ from msgdedup import reference_model as model
 from msgdedup.config import APAMA, parse_settings
 from msgdedup.engine import kernel, windows
 from msgdedup.engine.batch import run_batch
-from msgdedup.engine.planning import DRIVER_DECIDE_LINES_CONF, SMALL_INPUT_BYTES_CONF
+from msgdedup.engine.planning import BROADCAST_HEAP_SHARE_CONF, DRIVER_DECIDE_LINES_CONF, SMALL_INPUT_BYTES_CONF
 from msgdedup.engine.filesystem import HadoopFS
 from msgdedup.engine.lease import WarehouseBusy
 from msgdedup.engine.warehouse import Warehouse
@@ -148,12 +148,15 @@ def planned(request, spark):
     """Each engine-vs-model test runs a third of its examples decided on the driver, as the small
     batches they are (planning.decides_on_driver), a third decided in Spark planned as small data,
     and a third in Spark planned as large data (adaptive execution, the session's shuffle
-    partitions: planning.session_for), so every plan is held to the model."""
+    partitions: planning.session_for) whose joins are too big for the driver to broadcast
+    (planning.broadcast_rows), so every plan is held to the model."""
     if request.param != "driver":
         spark.conf.set(DRIVER_DECIDE_LINES_CONF, "-1")
     if request.param == "large":
         spark.conf.set(SMALL_INPUT_BYTES_CONF, "-1")
+        spark.conf.set(BROADCAST_HEAP_SHARE_CONF, "0")
     yield spark
+    spark.conf.unset(BROADCAST_HEAP_SHARE_CONF)
     spark.conf.unset(SMALL_INPUT_BYTES_CONF)
     spark.conf.unset(DRIVER_DECIDE_LINES_CONF)
 

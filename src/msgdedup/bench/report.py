@@ -290,6 +290,8 @@ def markdown(results: dict[str, Any]) -> str:
             met = "reported"
         unit = t.get("unit", "×" if t.get("limit") is not None else "") or ""
         lines.append(f"| {t['target']} | {_fmt(t['value'])}{' ' + unit if t['value'] is not None else ''} | {met} |")
+    if results.get("failures"):  # a failed run is a bug to fix before any figure above counts
+        lines += ["", f"**{len(results['failures'])} run(s) FAILED:** {'; '.join(results['failures'])}."]
     return "\n".join(lines) + "\n"
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -27,7 +28,7 @@ from msgdedup.config import APAMA, COUNT, TIME, AddressSettings, ConfigError, lo
 from msgdedup.engine import audit, driver_decide, kernel, manifest as manifests, parsing, transforms, \
     windows as cache_windows
 from msgdedup.engine.filesystem import HadoopFS
-from msgdedup.engine.planning import decides_on_driver, session_for
+from msgdedup.engine.planning import broadcast_rows, decides_on_driver, session_for
 from msgdedup.engine.reading import InputError, list_input_files, read_lines
 from msgdedup.engine.lease import WarehouseBusy
 from msgdedup.engine.warehouse import CommitConflict, Transaction, Warehouse, failpoint
@@ -427,12 +428,6 @@ def _domains(spark: SparkSession, addresses: set[str], settings: AddressSettings
     return local_frame(spark, rows, "address string, domain string, checks boolean")
 
 
-# Rows up to which a join's smaller side is broadcast (key or verdict rows of some 50 bytes: well
-# inside a default 1g driver), so the wide side is not shuffled. Spark's own choice goes by a
-# size estimate from file sizes, which is off by the columns the join does not read.
-BROADCAST_MAX_ROWS = 2_000_000
-
-
 def _kept(frame: DataFrame, kept: list[DataFrame],
           level: StorageLevel = StorageLevel.MEMORY_AND_DISK_DESER) -> DataFrame:
     """``frame``, computed once by the first job that needs it and kept (listed in ``kept`` for
@@ -465,12 +460,12 @@ def _release(kept: list[DataFrame]) -> None:
 
 
 def _broadcast_if_small(frame: DataFrame, rows: int) -> DataFrame:
-    """``frame`` as the broadcast side of a join if it has at most BROADCAST_MAX_ROWS ``rows``.
-    The callers count a kept frame for this even where the batch's line count would bound it:
-    without the count, the frame is first computed inside the broadcast's job, and in about one
-    run in four Spark then logged "Failed to update accumulator" stack traces when the
-    application stopped (seen after a refused batch's one-line error)."""
-    return F.broadcast(frame) if rows <= BROADCAST_MAX_ROWS else frame
+    """``frame`` as the broadcast side of a join if its ``rows`` fit the driver's broadcast budget
+    (planning.broadcast_rows). The callers count a kept frame for this even where the batch's
+    line count would bound it: without the count, the frame is first computed inside the
+    broadcast's job, and in about one run in four Spark then logged "Failed to update accumulator"
+    stack traces when the application stopped (seen after a refused batch's one-line error)."""
+    return F.broadcast(frame) if rows <= broadcast_rows(frame.sparkSession) else frame
 
 
 def _starts(spark: SparkSession, windows: dict[str, cache_windows.CacheWindow]) -> DataFrame:
@@ -570,7 +565,10 @@ def main(argv: list[str] | None = None) -> int:
         manifest = run_batch(spark, args.input, args.warehouse, args.batch_id, settings,
                              invalidate_later=args.invalidate_later)
     except Exception as error:  # Spark's errors carry a JVM trace; users get one line.
-        return report_error(error, exit_code(error))
+        code = exit_code(error)
+        if code == exit_codes.INTERNAL_ERROR:  # a bug: its trace is what a bug report needs
+            traceback.print_exception(error, file=sys.stderr)
+        return report_error(error, code)
     finally:
         spark.stop()
     print(summary_line(args.batch_id, manifest))
