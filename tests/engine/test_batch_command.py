@@ -174,3 +174,25 @@ def test_sigkill_during_writing(spark, clean_run, tmp_path):
     assert outcome_view(wh, H5) == expected[H5]
     assert not (wh / "_WRITER.json").exists()
     assert not (wh / "_staging").exists() or not list((wh / "_staging").iterdir())
+
+
+def _internal_error() -> Exception:
+    try:
+        {}["cache"]  # noqa: B018 - a bug, as the engine would meet one
+    except KeyError as error:
+        return error
+    raise AssertionError("unreachable")
+
+
+def test_an_internal_error_prints_its_trace_and_ends_with_one_line(capsys):
+    """A user error is one line; an internal error (a bug) also prints the trace a bug report
+    needs, before the same one-line summary (the last line, what the Airflow task log ends with)."""
+    from msgdedup import exit_codes
+    from msgdedup.engine.batch import report_error
+
+    assert report_error(ValueError("bad config\nmore"), exit_codes.USER_ERROR) == exit_codes.USER_ERROR
+    assert capsys.readouterr().err == "dedup_batch: error: bad config\n"
+    assert report_error(_internal_error(), exit_codes.INTERNAL_ERROR) == exit_codes.INTERNAL_ERROR
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "Traceback (most recent call last):" and "in _internal_error" in "\n".join(err)
+    assert err[-1] == "dedup_batch: internal error (KeyError): 'cache'"

@@ -565,10 +565,7 @@ def main(argv: list[str] | None = None) -> int:
         manifest = run_batch(spark, args.input, args.warehouse, args.batch_id, settings,
                              invalidate_later=args.invalidate_later)
     except Exception as error:  # Spark's errors carry a JVM trace; users get one line.
-        code = exit_code(error)
-        if code == exit_codes.INTERNAL_ERROR:  # a bug: its trace is what a bug report needs
-            traceback.print_exception(error, file=sys.stderr)
-        return report_error(error, code)
+        return report_error(error, exit_code(error))
     finally:
         spark.stop()
     print(summary_line(args.batch_id, manifest))
@@ -578,5 +575,7 @@ def main(argv: list[str] | None = None) -> int:
 def report_error(error: BaseException, code: int) -> int:
     message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     kind = f"internal error ({type(error).__name__})" if code == exit_codes.INTERNAL_ERROR else "error"
+    if code == exit_codes.INTERNAL_ERROR:  # a bug: its trace is what a bug report needs
+        traceback.print_exception(error, file=sys.stderr)
     print(f"{PROG}: {kind}: {message}", file=sys.stderr)
     return code
