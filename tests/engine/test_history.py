@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pyarrow.parquet as pq
 import pytest
 
 from msgdedup.config import parse_settings
@@ -116,3 +119,36 @@ def test_a_warehouse_of_hourly_batches_refuses_other_ids(spark, tmp_path):
         run_batch(spark, str(tmp_path / "r5"), str(tmp_path / "wh"), "zz")
     assert _committed(spark, tmp_path / "wh") == [H5]
     assert not any((tmp_path / "wh" / "_staging").iterdir())
+
+
+def _as_an_older_version_wrote_it(output: Path, dropped: list[str]) -> None:
+    """Rewrite a committed Parquet output without ``dropped`` columns, as a version of the engine
+    from before they existed wrote it (and without the checksums of the files it replaces)."""
+    for part in output.glob("*.parquet"):
+        table = pq.read_table(part)
+        pq.write_table(table.drop_columns([c for c in dropped if c in table.column_names]), part)
+    for checksum in output.glob(".*.crc"):
+        checksum.unlink()
+
+
+def test_a_parent_written_before_policies_and_the_audits_instants_is_read_as_then(spark, tmp_path):
+    """A snapshot from before §8 has the first six columns only, a record of left keys from before
+    time windows were audited has no instants: the batch after it reads the missing columns as
+    null and gives what it gives after a parent with them."""
+    settings_ = parse_settings({"address_settings": {"#": {"id_cache_size": 2}}, "window_audit": {}})
+    write_batch(tmp_path / "r5", {"a.jsonl": [message("m1", key="k1", at=1), message("m2", key="k2", at=2),
+                                               message("m3", key="k3", at=3)]})
+    write_batch(tmp_path / "r6", {"a.jsonl": [message("n1", key="k3", at=1), message("n2", key="k1", at=2),
+                                               message("n3", key="k4", at=3)]})
+    views = []
+    for name in ("now", "older"):
+        wh = tmp_path / name
+        run_batch(spark, str(tmp_path / "r5"), str(wh), H5, settings_)
+        if name == "older":
+            _as_an_older_version_wrote_it(wh / "id_cache" / f"batch_id={H5}", ["received_at_us", "source_id", "queue"])
+            _as_an_older_version_wrote_it(wh / "left_keys" / f"batch_id={H5}", ["received_at_us"])
+            assert "queue" not in pq.read_schema(next((wh / "id_cache" / f"batch_id={H5}").glob("*.parquet"))).names
+        run_batch(spark, str(tmp_path / "r6"), str(wh), H6, settings_)
+        views.append(outcome_view(wh, H6))
+    assert views[0] == views[1]
+    assert [r[2] for r in views[1]["dropped"]] == ["n1"] and dict(views[1]["window_audit"]["a"])["misses"] == 1

@@ -321,10 +321,9 @@ def _parent_snapshot(spark: SparkSession, warehouse: Warehouse, parent: str | No
     existed has the first six only)."""
     if parent is None:
         return None
-    snapshot = spark.read.parquet(warehouse.output_dir("id_cache", parent))
-    for column, kind in (("received_at_us", "long"), ("source_id", "string"), ("queue", "string")):
-        if column not in snapshot.columns:
-            snapshot = snapshot.withColumn(column, F.lit(None).cast(kind))
+    # Read with the declared schema: no Spark job to read a footer for it, and the columns an
+    # older snapshot lacks read as null.
+    snapshot = spark.read.schema(transforms.SNAPSHOT_SCHEMA).parquet(warehouse.output_dir("id_cache", parent))
     carried = [name for name, w in windows.items() if w.carried]
     return snapshot.filter(F.col("cache").isin(carried or [""])).select(*transforms.SNAPSHOT_COLUMNS)
 
@@ -340,9 +339,7 @@ def _parent_left_keys(spark: SparkSession, warehouse: Warehouse, parent: str | N
     path = warehouse.output_dir(LEFT_KEYS, parent)
     if not warehouse.fs.exists(path):
         return None
-    left = spark.read.parquet(path)
-    if "received_at_us" not in left.columns:
-        left = left.withColumn("received_at_us", F.lit(None).cast("long"))
+    left = spark.read.schema(audit.ENTRY_SCHEMA).parquet(path)  # as _parent_snapshot
     carried = [name for name, w in windows.items() if w.carried]
     return left.filter(F.col("cache").isin(carried or [""])).select(*audit.ENTRY_COLUMNS)
 
