@@ -93,6 +93,13 @@ def test_measure_counts_the_process_tree(tmp_path):
     assert tree_rss([999_999_999]) == 0
 
 
+def test_a_printed_password_never_reaches_the_results(tmp_path):
+    """The demo prints its generated admin password; the output's tail is kept in the results JSON."""
+    code = "print('UI: http://localhost:8080 user: admin password: s3cr3t-Xy'); print('done')"
+    m = measure([sys.executable, "-c", code], log_path=tmp_path / "log.txt", interval=0.05)
+    assert m.output_tail == "UI: http://localhost:8080 user: admin password: ***\ndone"
+
+
 def _fake_results() -> dict:
     def run(wall, **kw):
         return {"wall_s": wall, "peak_rss_bytes": 800 * 2**20, "returncode": 0,

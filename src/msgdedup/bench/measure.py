@@ -10,6 +10,7 @@ sampled peak, good to the few percent that matter here, not an exact high-water 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import threading
 import time
@@ -84,6 +85,15 @@ class Measurement:
         return asdict(self)
 
 
+# A demo prints its generated admin password; the tail goes into the committed results.
+_PASSWORD = re.compile(r"(password:\s*)\S+")
+
+
+def redact(text: str) -> str:
+    """``text`` without the passwords a command printed (``password: ***``)."""
+    return _PASSWORD.sub(r"\1***", text)
+
+
 def measure(command: list[str], *, env: dict[str, str] | None = None, cwd: str | Path | None = None,
             log_path: str | Path | None = None, interval: float = 0.2,
             timeout: float | None = None) -> Measurement:
@@ -113,7 +123,7 @@ def measure(command: list[str], *, env: dict[str, str] | None = None, cwd: str |
     tail = ""
     if log_file and log_file.exists():
         lines = log_file.read_text(errors="replace").splitlines()
-        tail = "\n".join(lines[-15:])
+        tail = redact("\n".join(lines[-15:]))
     return Measurement(command=[str(c) for c in command], wall_s=round(wall, 3),
                        peak_rss_bytes=sampler.peak, returncode=returncode, samples=sampler.samples,
                        log=str(log_file) if log_file else None, output_tail=tail)
