@@ -86,7 +86,7 @@ class Measurement:
 
 
 # A demo prints its generated admin password; the tail goes into the committed results.
-_PASSWORD = re.compile(r"(password:\s*)\S+")
+_PASSWORD = re.compile(r"(password:[ \t]*)\S+")  # on its own line only
 
 
 def redact(text: str) -> str:
