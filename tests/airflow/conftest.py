@@ -77,7 +77,10 @@ class LiveAirflow:
         from msgdedup.orchestration.demo import backfill, wait_backfills_done
 
         wait_backfills_done(self.af)
-        return backfill(self.af, first, last, reprocess=reprocess, conf=conf)
+        created = backfill(self.af, first, last, reprocess=reprocess, conf=conf)
+        status, dag = self.api("GET", "/api/v2/dags/message_dedup")  # paused only while creating
+        assert status == 200 and dag["is_paused"] is False, dag
+        return created
 
     def backfill_runs(self, batch_ids):
         """The runs (by batch id) whose logical date is one of ``batch_ids``."""

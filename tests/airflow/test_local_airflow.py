@@ -7,12 +7,16 @@ import configparser
 import importlib
 import os
 import stat
+import subprocess
+import sys
 
 import pytest
 
+from msgdedup.orchestration.demo import wait_for_runs
 from msgdedup.orchestration.local_airflow import (
     PASSWORDS_FILE,
     SQLITE_BUSY_TIMEOUT_S,
+    ComponentExited,
     LocalAirflow,
     write_private,
 )
@@ -81,3 +85,27 @@ def test_sqlite_writers_wait_for_the_lock(tmp_path):
     for key in ("sql_alchemy_connect_args", "sql_alchemy_connect_args_async"):
         module, _, name = cfg["database"][key].rpartition(".")
         assert getattr(importlib.import_module(module), name)["timeout"] == SQLITE_BUSY_TIMEOUT_S >= 30
+
+
+def test_a_wait_on_airflow_stops_at_once_when_a_component_exited(tmp_path):
+    """A scheduler that died (the bench once met a StaleDataError that ended its loop) leaves
+    every run 'running': the demo's wait names the component and its log's last line instead of
+    polling until its timeout. A component never started (no pid file) is not 'exited'."""
+    af = LocalAirflow(tmp_path / "home", 18124)
+    af.pid_file("scheduler").parent.mkdir(parents=True)
+    af.log_file("scheduler").parent.mkdir(parents=True)
+    af.log_file("scheduler").write_text(
+        "Traceback (most recent call last):\n  ...\nsqlalchemy.orm.exc.StaleDataError: UPDATE statement on "
+        "table 'dag_run' expected to update 1 row(s); 0 were matched.\n\n")
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    af.pid_file("scheduler").write_text(f"{gone.pid}\n")
+    af.pid_file("api-server").write_text(f"{os.getpid()}\n")  # alive
+    assert af.exited() == ["scheduler"]
+    with pytest.raises(ComponentExited, match=r"the scheduler exited \(its log ends: .*StaleDataError.*"
+                                              r"see .*logs/scheduler\.log"):
+        # No API server is there: without the check, the wait's first request would fail otherwise.
+        wait_for_runs(af, ["2026-11-21T00"], timeout=3600)
+
+    af.pid_file("scheduler").unlink()  # as stop() leaves it
+    af.check_running()

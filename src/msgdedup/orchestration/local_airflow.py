@@ -99,6 +99,23 @@ def _alive(pid: int) -> bool:
         return True
 
 
+class ComponentExited(RuntimeError):
+    """A component this home started is no longer running, so whatever a caller waits for (a DAG
+    run's end, a backfill's) cannot come: the wait stops at once instead of at its timeout."""
+
+
+def _last_line(path: Path, tail_bytes: int = 8192) -> str:
+    """The last non-blank line of a log (its exception, when a component died of one)."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - tail_bytes))
+            lines = [ln.strip() for ln in fh.read().decode(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:400] if lines else ""
+
+
 @dataclass
 class LocalAirflow:
     home: Path
@@ -239,6 +256,20 @@ class LocalAirflow:
 
     def running(self) -> dict[str, int | None]:
         return {c: self.pid(c) for c in self.components}
+
+    def exited(self) -> list[str]:
+        """The components this home started and did not stop (their pid file is there) whose
+        process has gone."""
+        return [c for c in COMPONENTS + (BATCH_SERVICE,) if self.pid_file(c).exists() and self.pid(c) is None]
+
+    def check_running(self) -> None:
+        """Raise :class:`ComponentExited` naming each component that exited, the last line of
+        its log and the log's path. Every loop that waits on Airflow calls it each round."""
+        gone = self.exited()
+        if gone:
+            raise ComponentExited("; ".join(
+                f"the {c} exited (its log ends: {_last_line(self.log_file(c)) or 'nothing'}; "
+                f"see {self.log_file(c)})" for c in gone))
 
     def command(self, component: str) -> list[str]:
         if component == BATCH_SERVICE:
