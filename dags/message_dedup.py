@@ -31,15 +31,15 @@ with DAG(
     schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC"),
     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
     catchup=False,  # older hours are processed with `airflow backfill create` (oldest first)
-    # a partition's sensor runs beside its predecessor's publish; the order is depends_on_past's
+    # a partition's sensor runs beside its predecessor's Spark step; the order is depends_on_past's
     max_active_runs=settings.MAX_ACTIVE_RUNS,
     max_active_tasks=settings.MAX_ACTIVE_RUNS,
     # A run stuck in a way the task timeouts do not catch gives its slot back (settings.py).
     dagrun_timeout=settings.DAGRUN_TIMEOUT,
     default_args={
-        # A partition never runs before its predecessor succeeded.
+        # Each task after the same task of the predecessor succeeded: partitions are committed,
+        # gated and published in order, and a failed one stops the ones after it.
         "depends_on_past": True,
-        "wait_for_downstream": True,
         # Safe: the engine reruns a batch idempotently; user errors fail without retry.
         "retries": 2,
         "retry_delay": timedelta(minutes=1),

@@ -31,12 +31,13 @@ def test_scheduling_and_ordering_guarantees(dagbag):
     assert type(dag.timetable).__name__ == "CronDataIntervalTimetable"
     assert dag.timetable.expression == "0 * * * *"
     assert str(dag.timetable.timezone) == "UTC"
-    # two runs at once: a sensor runs beside its predecessor's publish (settings.MAX_ACTIVE_RUNS);
-    # the order is the tasks' depends_on_past with wait_for_downstream
+    # two runs at once: a partition's sensor runs beside its predecessor's Spark step and its Spark
+    # step beside its predecessor's publish (settings.MAX_ACTIVE_RUNS); the order is each task's
+    # depends_on_past (a task after the same task of the predecessor; test_e2e checks it live)
     assert dag.max_active_runs == dag.max_active_tasks == 2
     for task in dag.tasks:
         assert task.depends_on_past, task.task_id
-        assert task.wait_for_downstream, task.task_id
+        assert not task.wait_for_downstream, task.task_id
         assert task.retries >= 1, task.task_id
 
 

@@ -9,10 +9,10 @@ partitions and the finished runs):
    Spark application that runs every partition's dedup and gate: ``msgdedup.batch_service``),
    create the ``spark_default`` connection (``local[*]``), the Variables (``msgdedup_batch_service``
    names the service's socket) and the one-slot pool ``msgdedup_warehouse``;
-3. create a backfill (``--reprocess-behavior failed``) over the window (oldest first, each
-   partition's Spark step after its predecessor's publish) through the REST API of the running
-   API server (``POST /api/v2/backfills``), unpause the DAG and wait for the real scheduler,
-   printing progress;
+3. create a backfill (``--reprocess-behavior failed``) over the window (oldest first: each
+   partition's Spark step after its predecessor's, each publish after its predecessor's) through
+   the REST API of the running API server (``POST /api/v2/backfills``), unpause the DAG and wait
+   for the real scheduler, printing progress;
 4. print a summary per batch and, last, ``UI: http://localhost:8080 user: admin password: …``.
 
 The demo has no producer writing new hours, so the scheduler does not create hourly runs

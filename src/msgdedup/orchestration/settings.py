@@ -54,12 +54,13 @@ WAREHOUSE_BUSY_POKE = timedelta(minutes=2)
 WAREHOUSE_BUSY_MAX_WAIT = timedelta(hours=2)
 
 # Runs of one kind (the scheduled runs, or one backfill's) active at once, and tasks of the DAG
-# running at once. Two, so that a partition's run is already running when its predecessor's
-# ``publish`` starts: its ``wait_for_partition`` runs beside that publish, instead of the scheduler
-# first ending one run and then starting the next (two of its loops, about 2 s a partition).
-# The order does not come from here: every task ``depends_on_past`` with ``wait_for_downstream``,
-# so a sensor waits for its predecessor's ``process_batch`` and a ``process_batch`` for its
-# predecessor's ``publish``; at most one task of each of the two runs is ready at any time.
+# running at once. Two, so that a partition's run is already running while its predecessor's
+# ``process_batch`` runs: its ``wait_for_partition`` is done by then, and its ``process_batch``
+# starts as soon as the predecessor's succeeded, beside the predecessor's ``publish``, instead of
+# after two more task hand-overs (about 1 s each on a local Airflow).
+# The order does not come from here: every task ``depends_on_past``, so each of the three runs
+# after the same task of the predecessor succeeded (one ``process_batch`` at a time, publishes in
+# partition order); the pool ``WAREHOUSE_POOL`` keeps other kinds of runs apart.
 MAX_ACTIVE_RUNS = 2
 
 # Timeouts, so that a hung Spark application (e.g. a standalone master without workers waits for
