@@ -233,6 +233,13 @@ class LocalAirflow:
                 "use_job_schedule": "True",
             },
             "dag_processor": {"parsing_processes": 1, "refresh_interval": 30, "min_file_process_interval": 30},
+            # A task's supervisor (Airflow 3.3) waits on its pipes for up to min_heartbeat_interval
+            # at a time, and notices that the task process exited only when it wakes: when the
+            # pipes close just before the exit, the executor slot stays taken that long after
+            # the task ended (5 s, the default, for about one task in two in a backfill: the next
+            # task waited for it). 1 s bounds that; the price is one heartbeat a second per
+            # running task (at most `parallelism` of them).
+            "workers": {"min_heartbeat_interval": 1},
         }
         for section, values in self.extra_config.items():
             config.setdefault(section, {}).update(values)
