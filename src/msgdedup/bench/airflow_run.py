@@ -147,7 +147,7 @@ def run_dag_once(batch_dir: Path, work: Path, batch_id: str, *, master: str = "l
     """Start a private local Airflow, run ``message_dedup`` for ``batch_id`` once, stop Airflow."""
     try:
         from msgdedup.orchestration import settings
-        from msgdedup.orchestration.demo import configure_airflow_objects, wait_for_dag
+        from msgdedup.orchestration.demo import configure_airflow_objects, set_paused, wait_for_dag
         from msgdedup.orchestration.local_airflow import LocalAirflow, free_port
     except Exception as exc:  # noqa: BLE001 - report, never build another lifecycle
         return DagRunResult(ok=False, error=f"local Airflow lifecycle not importable: {exc!r}")
@@ -167,9 +167,7 @@ def run_dag_once(batch_dir: Path, work: Path, batch_id: str, *, master: str = "l
         af.wait_api()
         token = af.token()
         wait_for_dag(af, token, timeout=600)
-        status, body = af.api("PATCH", f"/api/v2/dags/{settings.DAG_ID}", {"is_paused": False}, token=token)
-        if status != 200:
-            raise RuntimeError(f"unpause failed: {status} {body}")
+        set_paused(af, False)
         result.startup_s = round(time.perf_counter() - t0, 3)
         roots = lambda: [p for p in af.running().values() if p]  # noqa: E731
         time.sleep(2)
@@ -261,7 +259,7 @@ def run_backfill(partitions: list[tuple[str, Path]], work: Path, *, master: str 
     hourly ``partitions`` ``[(batch_id, directory)]`` oldest first with ``airflow backfill
     create`` (as docs/airflow.md tells users), measure create -> last success, stop Airflow."""
     from msgdedup.orchestration import settings
-    from msgdedup.orchestration.demo import configure_airflow_objects, runs_by_batch, wait_for_dag
+    from msgdedup.orchestration.demo import configure_airflow_objects, runs_by_batch, set_paused, wait_for_dag
     from msgdedup.orchestration.local_airflow import BATCH_SERVICE, LocalAirflow, free_port
 
     raw, warehouse = work / "raw", work / "warehouse"
@@ -290,9 +288,7 @@ def run_backfill(partitions: list[tuple[str, Path]], work: Path, *, master: str 
             # create that fails on SQLite's lock deletes runs a running scheduler may have started).
             _backfill_create(af, settings.DAG_ID, batch_ids[0], batch_ids[-1])
             result.create_s = round(time.time() - created_at, 3)
-            status, body = af.api("PATCH", f"/api/v2/dags/{settings.DAG_ID}", {"is_paused": False}, token=token)
-            if status != 200:
-                raise RuntimeError(f"unpause failed: {status} {body}")
+            set_paused(af, False)
             deadline = time.perf_counter() + timeout
             while True:
                 af.check_running()

@@ -182,14 +182,15 @@ def dag_paused(af: LocalAirflow) -> Iterator[None]:
     if dag.get("is_paused"):
         yield
         return
-    _set_paused(af, True)
+    set_paused(af, True)
     try:
         yield
     finally:
-        _set_paused(af, False)
+        set_paused(af, False)
 
 
-def _set_paused(af: LocalAirflow, paused: bool) -> None:
+def set_paused(af: LocalAirflow, paused: bool) -> None:
+    """Pause or unpause the DAG (PATCH /api/v2/dags/<id>); RuntimeError with the API's answer."""
     status, body = af.api("PATCH", f"/api/v2/dags/{settings.DAG_ID}", {"is_paused": paused}, token=af.token())
     if status != 200:
         raise RuntimeError(f"{'pausing' if paused else 'unpausing'} {settings.DAG_ID} failed: {status} {body}")

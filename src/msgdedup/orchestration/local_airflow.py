@@ -48,6 +48,8 @@ from typing import Any
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 # The warm Spark application of msgdedup.batch_service, when a home runs one (the demo does).
 BATCH_SERVICE = "batch-service"
+# Every component a home may have started (and so a pid file of).
+EVERY_COMPONENT = COMPONENTS + (BATCH_SERVICE,)
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 ADMIN_USER = "admin"
 PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
@@ -267,7 +269,7 @@ class LocalAirflow:
     def exited(self) -> list[str]:
         """The components this home started and did not stop (their pid file is there) whose
         process has gone."""
-        return [c for c in COMPONENTS + (BATCH_SERVICE,) if self.pid_file(c).exists() and self.pid(c) is None]
+        return [c for c in EVERY_COMPONENT if self.pid_file(c).exists() and self.pid(c) is None]
 
     def check_running(self) -> None:
         """Raise :class:`ComponentExited` naming each component that exited, the last line of
@@ -324,7 +326,7 @@ class LocalAirflow:
     def stop(self, timeout: float = 30) -> list[str]:
         """Stop the processes this home started (by their pid files); return what was stopped."""
         stopped = []
-        for component in reversed(COMPONENTS + (BATCH_SERVICE,)):  # whatever has a pid file
+        for component in reversed(EVERY_COMPONENT):  # whatever has a pid file
             pid = self.pid(component)
             if pid is None:
                 self.pid_file(component).unlink(missing_ok=True)
