@@ -28,7 +28,7 @@ from msgdedup.config import APAMA, COUNT, TIME, AddressSettings, ConfigError, lo
 from msgdedup.engine import audit, driver_decide, kernel, manifest as manifests, parsing, transforms, \
     windows as cache_windows
 from msgdedup.engine.filesystem import HadoopFS
-from msgdedup.engine.planning import broadcast_rows, decides_on_driver, session_for
+from msgdedup.engine.planning import application_settings, broadcast_rows, decides_on_driver, session_for
 from msgdedup.engine.reading import InputError, list_input_files, read_lines
 from msgdedup.engine.lease import WarehouseBusy
 from msgdedup.engine.warehouse import CommitConflict, Transaction, Warehouse, failpoint
@@ -531,8 +531,9 @@ def exit_code(error: BaseException) -> int:
 
 
 def spark_session(app_name: str) -> SparkSession:
-    """The session settings the engine's results depend on, in one place for every app that runs it."""
-    spark = (SparkSession.builder.appName(app_name)
+    """The session settings the engine's results depend on, in one place for every app that runs
+    it, and the application's static ones (``planning.application_settings``)."""
+    spark = (SparkSession.builder.appName(app_name).config(map=application_settings())
              .config("spark.sql.session.timeZone", "UTC")
              # lets adaptive execution merge the shuffle partitions of a persisted frame (see
              # _broadcast_if_small) as it does everywhere else, instead of 200 tiny tasks

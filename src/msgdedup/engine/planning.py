@@ -11,6 +11,7 @@ engine-vs-model property tests run under both).
 
 from __future__ import annotations
 
+from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 # Inputs up to this size (some 150,000 JSON messages, an hourly partition of most topics) are
@@ -46,6 +47,24 @@ def session_for(spark: SparkSession, input_bytes: int) -> SparkSession:
     input a ``derived_session`` with ``small_plan``."""
     settings = small_plan(spark, input_bytes)
     return derived_session(spark, settings) if settings else spark
+
+
+# Spark keeps the classes it compiles for query stages (whole-stage code generation) in one cache
+# per JVM, keyed by their source, of 100 entries unless told otherwise. A batch and its gate
+# compile a few hundred, so in a warm application (the batch service) every batch compiled most
+# of its stages again, and the JVM then JIT-compiled those new classes again: the JIT compiler
+# threads were the busiest of a warm 20K batch, ahead of Spark's tasks. With 1000 entries such a
+# batch takes about 30% less CPU and wall time (docs/benchmarks.md). A static setting: it has to
+# be there when the application starts; ``--conf`` of spark-submit still wins.
+APPLICATION_DEFAULTS = {"spark.sql.codegen.cache.maxEntries": "1000"}
+
+
+def application_settings() -> dict[str, str]:
+    """The static settings an application that runs batches starts with: APPLICATION_DEFAULTS,
+    each unless the application was given it (spark-submit's ``--conf``, spark-defaults.conf)."""
+    SparkContext._ensure_initialized()  # the JVM: only then does SparkConf() read what it was given
+    given = SparkConf()
+    return {key: given.get(key, value) for key, value in APPLICATION_DEFAULTS.items()}
 
 
 # Batches of up to this many lines are decided on the driver (engine/driver_decide.py): their key

@@ -44,7 +44,7 @@ from pyspark.sql import DataFrame, SparkSession
 from msgdedup import exit_codes, layout
 from msgdedup.timing import StepTimer
 from msgdedup.engine.filesystem import HadoopFS, local_directory
-from msgdedup.engine.planning import decides_on_driver, small_plan
+from msgdedup.engine.planning import application_settings, decides_on_driver, small_plan
 from msgdedup.quality import tables
 from msgdedup.quality.checks import CHECKED_TABLES, DATA_DOCS_SITE, checkpoint_name
 from msgdedup.quality.materialise import MaterialisedTables, SmallFrames, gate_session
@@ -588,7 +588,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = GateSettings(project_dir=Path(args.gx_project), quality_dir=settings.quality_dir)
     preload_gx()
     try:
-        spark = SparkSession.builder.appName(f"msgdedup-gx-gate-{args.batch_id}").getOrCreate()
+        spark = (SparkSession.builder.appName(f"msgdedup-gx-gate-{args.batch_id}")
+                 .config(map=application_settings()).getOrCreate())
     except Exception as exc:  # noqa: BLE001 - no JVM: exit 1 in one line
         log.exception("gx_gate failed")
         return _fail(exit_codes.INTERNAL_ERROR, f"internal error: {type(exc).__name__}: {exc}".replace("\n", " "))
