@@ -7,6 +7,9 @@ shuffle partitions of a few rows each are 200 tasks to schedule. What adaptive e
 size; above it, the session's own settings apply. The plan changes no result: every query of the
 engine and the gate is a deterministic function of its input whatever its plan (the
 engine-vs-model property tests run under both).
+
+Also here: the few settings that make a batch cheaper and decide nothing (the static settings
+an application starts with, which plan decides a batch on the driver, what is broadcast).
 """
 
 from __future__ import annotations
