@@ -403,9 +403,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         token = start_airflow(af, raw, warehouse)
         ensure_backfill(af, token, batch_ids)
-        status, body = af.api("PATCH", f"/api/v2/dags/{settings.DAG_ID}", {"is_paused": False}, token=token)
-        if status != 200:
-            log(f"could not unpause {settings.DAG_ID}: {status} {body}")
+        try:
+            set_paused(af, False)
+        except RuntimeError as exc:  # the API refused: say so, as for a failed backfill
+            log(str(exc))
             return 1
         started = time.monotonic()
         runs = wait_for_runs(af, batch_ids, timeout=args.timeout)
