@@ -28,7 +28,9 @@ from msgdedup.config import APAMA, COUNT, TIME, AddressSettings, ConfigError, lo
 from msgdedup.engine import audit, driver_decide, kernel, manifest as manifests, parsing, transforms, \
     windows as cache_windows
 from msgdedup.engine.filesystem import HadoopFS
-from msgdedup.engine.planning import application_settings, broadcast_rows, decides_on_driver, session_for
+from msgdedup.engine.planning import (
+    BROADCAST_ROW_BYTES, OUTPUT_VERDICT_BYTES, application_settings, broadcast_rows, decides_on_driver, session_for,
+)
 from msgdedup.engine.reading import InputError, list_input_files, read_lines
 from msgdedup.engine.lease import WarehouseBusy
 from msgdedup.engine.warehouse import CommitConflict, Transaction, Warehouse, failpoint
@@ -191,16 +193,22 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
         window_audit = audit.report(caches, audit.summary(misses).collect())
     timer.lap("audit")
 
-    # 3. stage the outputs: each output joins the verdicts it keeps to the wide rows
+    # 3. stage the outputs: each output joins the verdicts it keeps to the wide rows. A batch
+    # decided in Spark joins narrow verdicts (a million fit a broadcast) to messages that bring
+    # their own cache keys; the driver's plan has its verdicts in local tables, which bring the
+    # keys along where the messages' would be a join, and a Spark job, per output.
     verdicts = decided.verdicts
+    keys_in_verdicts = decide is _decide_on_driver
+    messages = valid if keys_in_verdicts else keyed
 
     def verdicts_of(outcome: str) -> DataFrame:
-        return _broadcast_if_small(transforms.with_outcome(verdicts, outcome), tally.of(outcome))
+        return _broadcast_if_small(transforms.verdicts_for(verdicts, outcome, keys=keys_in_verdicts), tally.of(outcome),
+                                   BROADCAST_ROW_BYTES if keys_in_verdicts else OUTPUT_VERDICT_BYTES)
 
     entries = _union(transforms.acceptances(verdicts, txn.batch_id), parent.counted)
     staged = {
-        "delivered": transforms.delivered(valid, verdicts_of(kernel.DELIVERED)),
-        "dropped": transforms.dropped(valid, verdicts_of(kernel.DROPPED)),
+        "delivered": transforms.delivered(messages, verdicts_of(kernel.DELIVERED)),
+        "dropped": transforms.dropped(messages, verdicts_of(kernel.DROPPED)),
         "quarantine": transforms.quarantine(
             invalid, valid, decided.copies if tally.of(transforms.QUARANTINED) else None),
         "id_cache": transforms.snapshot(entries, _limits(spark, caches), decided.apama_entries),
@@ -456,13 +464,13 @@ def _release(kept: list[DataFrame]) -> None:
     kept.clear()
 
 
-def _broadcast_if_small(frame: DataFrame, rows: int) -> DataFrame:
+def _broadcast_if_small(frame: DataFrame, rows: int, row_bytes: int = BROADCAST_ROW_BYTES) -> DataFrame:
     """``frame`` as the broadcast side of a join if its ``rows`` fit the driver's broadcast budget
     (planning.broadcast_rows). The callers count a kept frame for this even where the batch's
     line count would bound it: without the count, the frame is first computed inside the
     broadcast's job, and in about one run in four Spark then logged "Failed to update accumulator"
     stack traces when the application stopped (seen after a refused batch's one-line error)."""
-    return F.broadcast(frame) if rows <= broadcast_rows(frame.sparkSession) else frame
+    return F.broadcast(frame) if rows <= broadcast_rows(frame.sparkSession, row_bytes) else frame
 
 
 def _starts(spark: SparkSession, windows: dict[str, cache_windows.CacheWindow]) -> DataFrame:

@@ -252,36 +252,42 @@ def verdict_counts(verdicts: DataFrame) -> DataFrame:
         F.count(F.lit(1)).alias("count"), F.max("received_at_us").alias("clock_us"))
 
 
-def with_outcome(verdicts: DataFrame, outcome: str) -> DataFrame:
-    return verdicts.filter(F.col("outcome") == outcome)
+# What each output takes of its verdicts. Narrow, so that a million delivered verdicts still fit a
+# broadcast (planning.OUTPUT_VERDICT_BYTES) and the wide rows are joined where they are, never
+# shuffled; the message's ``cache`` and ``dedup_key`` come from the message itself
+# (``parsing.with_cache_keys``, the expression the verdicts' own come from) unless the verdicts
+# bring them (``verdicts_for``'s ``keys``).
+OUTPUT_VERDICT_COLUMNS = {
+    kernel.DELIVERED: ["cache_seq", "received_at_us"],
+    kernel.DROPPED: ["reason", "duplicate_of"],
+}
+KEYS = ["cache", "dedup_key"]
 
 
-def judge(valid: DataFrame, verdicts: DataFrame) -> DataFrame:
-    """Valid messages with their verdicts: a join of wide rows (raw lines stay out). Each output
-    joins only the verdicts it keeps (``with_outcome``), so that side stays small enough to
-    broadcast and the wide rows are read, never shuffled. A message's ``cache`` and ``dedup_key``
-    come with its verdict: ``valid`` is the parsed rows as they are, so an output's query does
-    not resolve the addresses' domains again (a join, and a Spark job to broadcast it)."""
-    return valid.drop("error", "raw_line").join(
-        verdicts.select("row_id", "outcome", "reason", "duplicate_of", "cache_seq", "error", "received_at_us",
-                        "cache", "dedup_key"),
-        "row_id")
+def verdicts_for(verdicts: DataFrame, outcome: str, keys: bool = False) -> DataFrame:
+    """The verdicts of one output (``outcome``), with only the columns that output takes of them,
+    and with the messages' cache keys if ``keys`` (then the messages come without them)."""
+    return verdicts.filter(F.col("outcome") == outcome).select(
+        "row_id", *OUTPUT_VERDICT_COLUMNS[outcome], *(KEYS if keys else []))
 
 
-def delivered(valid: DataFrame, verdicts: DataFrame) -> DataFrame:
-    return (
-        judge(valid, verdicts).filter(F.col("outcome") == kernel.DELIVERED)
-        .sortWithinPartitions("received_us", "row_id")
-        .select(*MESSAGE_COLUMNS, "cache", "dedup_key", "cache_seq", F.col("received_at_us").alias("entered_at_us"))
-    )
+def judge(messages: DataFrame, verdicts: DataFrame) -> DataFrame:
+    """Valid messages joined to the verdicts of one output (``verdicts_for``); raw lines stay out.
+    One side brings the cache keys: the messages (``parsing.with_cache_keys``) or the verdicts.
+    The rows keep the order they are read in (input order within each output file): sorting them
+    again was a sort of the wide rows, which spilled at 1M messages, for no promise the outputs make."""
+    return messages.drop("error", "raw_line").join(verdicts, "row_id")
 
 
-def dropped(valid: DataFrame, verdicts: DataFrame) -> DataFrame:
-    return (
-        judge(valid, verdicts).filter(F.col("outcome") == kernel.DROPPED)
-        .sortWithinPartitions("received_us", "row_id")
-        .select(*MESSAGE_COLUMNS, "cache", "dedup_key", "reason", "duplicate_of")
-    )
+def delivered(messages: DataFrame, verdicts: DataFrame) -> DataFrame:
+    """``verdicts``: ``verdicts_for(..., DELIVERED)``."""
+    return judge(messages, verdicts).select(
+        *MESSAGE_COLUMNS, *KEYS, "cache_seq", F.col("received_at_us").alias("entered_at_us"))
+
+
+def dropped(messages: DataFrame, verdicts: DataFrame) -> DataFrame:
+    """``verdicts``: ``verdicts_for(..., DROPPED)``."""
+    return judge(messages, verdicts).select(*MESSAGE_COLUMNS, *KEYS, "reason", "duplicate_of")
 
 
 def quarantine(invalid: DataFrame, valid: DataFrame, repeated: DataFrame | None) -> DataFrame:
