@@ -186,6 +186,12 @@ class BatchService:
         self.died = False
         self._stopping = threading.Event()
         self._listener: socket.socket | None = None
+        self._serving: _Connection | None = None  # the request being run (one at a time)
+
+    def client_gone(self) -> bool:
+        """Whether the client of the request being run went away: ``run`` asks before it commits."""
+        serving = self._serving
+        return serving is not None and serving.gone.is_set()
 
     def bind(self) -> None:
         """Create the socket (0600, in a 0700 directory); refuse if a live service holds it."""
@@ -254,7 +260,11 @@ class BatchService:
         done = threading.Event()
         watcher = threading.Thread(target=self._watch, args=(conn, out, done), daemon=True)
         watcher.start()
-        code = self._run_captured(argv, out)
+        self._serving = out
+        try:
+            code = self._run_captured(argv, out)
+        finally:
+            self._serving = None
         done.set()
         watcher.join()
         out.finish(code)
@@ -309,7 +319,7 @@ def serve(socket_path: str | Path) -> int:
         request = pipeline.prepare(argv)
         if isinstance(request, int):
             return request
-        return pipeline.run_in_session(spark, request)
+        return pipeline.run_in_session(spark, request, cancelled=service.client_gone)
 
     parent = os.getppid()  # under spark-submit: the JVM that started this Python driver
 

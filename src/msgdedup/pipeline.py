@@ -17,6 +17,7 @@ import argparse
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,12 +73,13 @@ def timings_line(batch_id: str, steps: dict[str, Any]) -> str:
 
 
 def run_steps(spark: SparkSession, args, settings, gate_settings: GateSettings,
-              steps: dict[str, Any]) -> int:
-    """The two steps, apart from ``main`` so the session is stopped whatever a step raises."""
+              steps: dict[str, Any], cancelled: Callable[[], bool] | None = None) -> int:
+    """The two steps, apart from ``main`` so the session is stopped whatever a step raises.
+    ``cancelled``: see ``batch.run_batch``."""
     started = time.monotonic()
     try:
         manifest = batch.run_batch(spark, args.input, args.warehouse, args.batch_id, settings,
-                                   invalidate_later=args.invalidate_later)
+                                   invalidate_later=args.invalidate_later, cancelled=cancelled)
     except Exception as error:  # noqa: BLE001 - same mapping and one-line message as dedup_batch.py
         return batch.report_error(error, batch.exit_code(error))
     steps["dedup_s"] = round(time.monotonic() - started, 3)
@@ -114,12 +116,14 @@ def prepare(argv: list[str] | None) -> Request | int:
         return batch.report_error(error, exit_codes.USER_ERROR)
 
 
-def run_in_session(spark: SparkSession, request: Request, session_s: float | None = None) -> int:
+def run_in_session(spark: SparkSession, request: Request, session_s: float | None = None,
+                   cancelled: Callable[[], bool] | None = None) -> int:
     """Both steps in ``spark``, which stays open: ``main`` stops it, the batch service
-    (:mod:`msgdedup.batch_service`) runs its next request in it."""
+    (:mod:`msgdedup.batch_service`) runs its next request in it, and says with ``cancelled``
+    when its client went away (``batch.run_batch`` then commits nothing)."""
     started = time.monotonic()
     steps: dict[str, Any] = {"session_s": session_s}
-    code = run_steps(spark, request.args, request.settings, request.gate_settings, steps)
+    code = run_steps(spark, request.args, request.settings, request.gate_settings, steps, cancelled)
     steps["total_s"] = round(time.monotonic() - started + (session_s or 0), 3)
     if "gate_s" in steps:
         print(timings_line(request.args.batch_id, steps), flush=True)

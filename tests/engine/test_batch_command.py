@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from msgdedup.config import parse_settings
-from msgdedup.engine.batch import run_batch
+from msgdedup.engine.batch import Cancelled, run_batch
 from msgdedup.engine.warehouse import FAILPOINT_ENV, FAILPOINT_EXIT_CODE
 
 from tests.engine.support import message, outcome_view, write_batch
@@ -87,6 +87,20 @@ def test_missing_input_and_stale_history_are_user_errors(spark, tmp_path):
     code, out, err = run_command("--input", str(tmp_path / "r5"), "--warehouse", str(tmp_path / "wh"),
                                  "--batch-id", H5)
     _assert_one_line_error(code, out + err, 2, "--invalidate-later")
+
+
+def test_a_batch_whose_caller_went_away_commits_nothing(spark, tmp_path):
+    """The batch service's client went away after the batch's last Spark job (cancelling jobs no
+    longer stops it): the check right before the commit does, and the retry runs at once."""
+    write_batch(tmp_path / "r5", {"a.jsonl": [message("m1", key="x")]})
+    wh = tmp_path / "wh"
+    with pytest.raises(Cancelled, match="nothing was committed"):
+        run_batch(spark, str(tmp_path / "r5"), str(wh), H5, cancelled=lambda: True)
+    assert not (wh / "runs" / f"{H5}.json").exists()
+    assert not (wh / "_commits").exists() or not any((wh / "_commits").iterdir())
+    assert not (wh / "_WRITER.json").exists(), "the warehouse was given back"
+    run_batch(spark, str(tmp_path / "r5"), str(wh), H5, cancelled=lambda: False)
+    assert len(list((wh / "_commits").iterdir())) == 1 and (wh / "runs" / f"{H5}.json").exists()
 
 
 # -- crash safety -----------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import argparse
 import sys
 import traceback
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -49,6 +50,11 @@ class AccountingError(RuntimeError):
     """input lines != delivered + dropped + quarantined: never commit such a batch."""
 
 
+class Cancelled(RuntimeError):
+    """Whoever asked for the batch went away (the batch service's client: its Airflow task was
+    killed or timed out): the batch stops before its commit, and the retry runs it again."""
+
+
 def _write_counted(frame: DataFrame, path: str) -> tuple[DataFrame, int]:
     """Write ``frame`` as Parquet; returns it read back and the rows the write itself counted (an
     observed metric of the write's own job, so the books need no second pass over the output)."""
@@ -70,11 +76,14 @@ def _write_empty(fs: HadoopFS, frame: DataFrame, path: str) -> tuple[DataFrame, 
 
 
 def run_batch(spark: SparkSession, input_path: str, warehouse_root: str, batch_id: str,
-              settings: AddressSettings | None = None, invalidate_later: bool = False) -> dict:
+              settings: AddressSettings | None = None, invalidate_later: bool = False,
+              cancelled: Callable[[], bool] | None = None) -> dict:
     """Dedup one raw batch into the warehouse and commit it; returns the manifest.
 
     Raises WarehouseBusy at once if another writer holds the warehouse, CommitConflict if another
-    writer committed while this run worked (nothing is committed then).
+    writer committed while this run worked, Cancelled if ``cancelled()`` says so right before the
+    commit (nothing is committed then). Cancelling the application's Spark jobs stops a batch
+    only while one runs; this check stops one whose last job ended first.
     """
     settings = settings or AddressSettings()
     validate_batch_id(batch_id)
@@ -83,11 +92,13 @@ def run_batch(spark: SparkSession, input_path: str, warehouse_root: str, batch_i
     warehouse = Warehouse(fs, warehouse_root)
     run_id = uuid.uuid4().hex
     with warehouse.writer(batch_id, run_id) as txn:
-        return _dedup_and_commit(spark, fs, warehouse, txn, input_path, settings, invalidate_later, timer)
+        return _dedup_and_commit(spark, fs, warehouse, txn, input_path, settings, invalidate_later, timer,
+                                 cancelled or (lambda: False))
 
 
 def _dedup_and_commit(spark: SparkSession, fs: HadoopFS, warehouse: Warehouse, txn: Transaction,
-                      input_path: str, settings: AddressSettings, invalidate_later: bool, timer: StepTimer) -> dict:
+                      input_path: str, settings: AddressSettings, invalidate_later: bool, timer: StepTimer,
+                      cancelled: Callable[[], bool]) -> dict:
     batch_id, run_id = txn.batch_id, txn.run_id
     files = list_input_files(fs, input_path)
     parent = txn.parent
@@ -121,6 +132,8 @@ def _dedup_and_commit(spark: SparkSession, fs: HadoopFS, warehouse: Warehouse, t
         "window_audit": staged.window_audit,
         "timings": timer.as_dict(),
     }
+    if cancelled():
+        raise Cancelled(f"batch {batch_id}: its caller went away; nothing was committed")
     warehouse.commit(txn, manifest, staged.invalidate)
     return manifest
 
