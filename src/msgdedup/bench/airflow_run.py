@@ -31,7 +31,7 @@ from typing import Any
 
 import psutil
 
-from msgdedup.bench.measure import PeakSampler, tree_rss
+from msgdedup.bench.measure import PeakSampler, recorded_seconds, tree_rss
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor")
 SPARK_TASK = "process_batch"  # the DAG's one spark-submit task: dedup and GX gate in one application
@@ -85,16 +85,6 @@ def _seconds(start: str | None, end: str | None) -> float | None:
         return None
     parse = lambda s: datetime.fromisoformat(s.replace("Z", "+00:00"))  # noqa: E731
     return round((parse(end) - parse(start)).total_seconds(), 3)
-
-
-def recorded_seconds(path: Path) -> float | None:
-    """``timings.total_s`` of a manifest or gate result (the app's own account, no JVM start-up)."""
-    try:
-        timings = json.loads(path.read_text()).get("timings")
-    except (OSError, ValueError, AttributeError):
-        return None
-    value = timings.get("total_s") if isinstance(timings, dict) else None
-    return float(value) if isinstance(value, (int, float)) else None
 
 
 def link_partition(batch_dir: Path, raw_root: Path, batch_id: str) -> Path:

@@ -9,6 +9,7 @@ sampled peak, good to the few percent that matter here, not an exact high-water 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -145,3 +146,13 @@ def spark_jobs(directory: Path) -> int | None:
         return None
     marker = '"Event":"SparkListenerJobStart"'
     return sum(line.count(marker) for p in logs for line in p.open(encoding="utf-8", errors="replace"))
+
+
+def recorded_seconds(path: Path) -> float | None:
+    """``timings.total_s`` of a manifest or gate result (the app's own account, no JVM start-up)."""
+    try:
+        timings = json.loads(path.read_text()).get("timings")
+    except (OSError, ValueError, AttributeError):
+        return None
+    value = timings.get("total_s") if isinstance(timings, dict) else None
+    return float(value) if isinstance(value, (int, float)) else None
