@@ -64,16 +64,16 @@ def _parent_caches(parent: model.BatchResult | None) -> dict:
 
 def _split_and_decide(lines: list[RawLine], settings_, parent: model.BatchResult | None) -> dict:
     """The engine's plan, in plain Python (transforms.mark_repeated ... transforms.verdicts):
-    uncontested units are delivered and number themselves, the contested ones (and every unit of
-    an Apama cache) go through the kernel with their counts of uncontested acceptances before them."""
+    uncontested units are delivered and number themselves, the contested ones go through the
+    kernel with their counts of uncontested acceptances before them, and so do the uncontested
+    messages of Apama caches, passive (the kernel only moves their keys through the queues)."""
     units = _unit_ordered(lines, settings_)
-    keyed = {(c.message.address, c.cache.startswith("BRIDGE.")) for unit in units for c in unit if c.cache}
-    caches = windows.resolve(settings_, _parent_caches(parent), keyed)
+    caches = windows.resolve(settings_, _parent_caches(parent), _keyed(lines, settings_))
     apama = set(windows.of_policy(caches, APAMA))
     snapshot = [e for e in (parent.snapshot_entries() if parent else []) if caches[e["cache"]].carried]
     occurrences = Counter((c.cache, c.key) for unit in units for c in unit if c.cache is not None)
-    occurrences.update((e["cache"], e["dedup_key"]) for e in snapshot if e["cache"] not in apama)
-    repeated = {k for k, n in occurrences.items() if n > 1 or k[0] in apama}
+    occurrences.update((e["cache"], e["dedup_key"]) for e in snapshot)
+    repeated = {k for k, n in occurrences.items() if n > 1}
 
     free_rank, contested_rank, rows, free = Counter(), Counter(), [], {}
     for unit in units:
@@ -82,27 +82,32 @@ def _split_and_decide(lines: list[RawLine], settings_, parent: model.BatchResult
             if c.cache is not None:
                 (contested_rank if contested else free_rank)[c.cache] += 1
             ranks = (free_rank[c.cache], contested_rank[c.cache]) if c.cache is not None else (None, None)
-            if contested:
+            passive = not contested and c.cache in apama
+            if contested or passive:
                 rows.append({"phase": kernel.MESSAGE_PHASE, "row_id": len(rows), "message_id": c.message.message_id,
                              "txn_id": c.message.txn_id, "address": c.message.address, "cache": c.cache,
-                             "dedup_key": c.key, "cache_seq": None, "free_before": ranks[0],
+                             "dedup_key": c.key, "cache_seq": None,
+                             "free_before": ranks[0] - 1 if passive else ranks[0],  # free_rank counts itself
                              "contested_rank": ranks[1], "unit_us": unit[-1].message.received_at_us,
                              "source_id": c.message.source_id, "received_at_us": None, "queue": None,
-                             "accepted_batch_id": None})
-            else:
+                             "accepted_batch_id": None, "passive": passive})
+            if not contested:
                 free[c.message.message_id] = (c.cache, *ranks)
     entries = [{"phase": kernel.SNAPSHOT_PHASE, "row_id": None, "message_id": e["message_id"], "txn_id": None,
                 "address": e["address"], "cache": e["cache"], "dedup_key": e["dedup_key"],
                 "cache_seq": e["cache_seq"], "free_before": None, "contested_rank": None, "unit_us": 0,
                 "source_id": e.get("source_id"), "received_at_us": e.get("received_at_us"), "queue": e.get("queue"),
-                "accepted_batch_id": e["accepted_batch_id"]}
+                "accepted_batch_id": e["accepted_batch_id"], "passive": False}
                for e in snapshot if (e["cache"], e["dedup_key"]) in repeated or e["cache"] in apama]  # as batch.py
     stream = entries + rows
-    schema = pa.schema([(n, pa.int64() if n in INTS else pa.string()) for n in stream[0]]) if stream else None
+    schema = pa.schema([(n, pa.int64() if n in INTS else pa.bool_() if n == "passive" else pa.string())
+                        for n in stream[0]]) if stream else None
     batches = [pa.RecordBatch.from_pylist(stream[i:i + 7], schema=schema) for i in range(0, len(stream), 7)]
-    verdicts, accepted_after = {}, {}
+    verdicts, accepted_after, queues = {}, {}, []
     for out in kernel.decide(batches, caches, "b1"):
         for r in out.to_pylist():
+            if r["kind"] == kernel.ENTRY:
+                queues.append({name: r[name] for name in APAMA_ENTRY})
             if r["kind"] != kernel.VERDICT:
                 continue
             verdicts[rows[r["row_id"]]["message_id"]] = (
@@ -111,9 +116,12 @@ def _split_and_decide(lines: list[RawLine], settings_, parent: model.BatchResult
     for message_id, (cache, f_rank, c_rank) in free.items():
         seq = None if cache is None else caches[cache].last_seq + f_rank + accepted_after.get((cache, c_rank), 0)
         verdicts[message_id] = ("delivered", None, seq)
-    return verdicts
+    return verdicts, queues
 
 
+# What an Apama cache's snapshot holds of a key (reference_model's snapshot_entries).
+APAMA_ENTRY = ("cache", "dedup_key", "cache_seq", "message_id", "address", "accepted_batch_id", "received_at_us",
+               "source_id", "queue")
 INTS = {"phase", "row_id", "cache_seq", "free_before", "contested_rank", "unit_us", "received_at_us"}
 
 
@@ -139,7 +147,22 @@ def test_kernel_decides_like_the_model(tmp_path_factory, first, second, configs)
     expected = oracle.run_batch("b1", lines, settings_)
     want = {r["message_id"]: ("delivered", None, r["cache_seq"]) for r in expected.delivered}
     want.update({r["message_id"]: (r["reason"], r["duplicate_of"], None) for r in expected.dropped})
-    assert _split_and_decide(lines, settings_, parent) == want
+    verdicts, queues = _split_and_decide(lines, settings_, parent)
+    assert verdicts == want
+    apama = set(windows.of_policy(windows.resolve(settings_, _parent_caches(parent), _keyed(lines, settings_)),
+                                  APAMA))
+    in_queues = [{name: e.get(name) for name in APAMA_ENTRY} for e in expected.snapshot_entries()
+                 if e["cache"] in apama]
+    assert sorted(queues, key=_entry_order) == sorted(in_queues, key=_entry_order)
+
+
+def _keyed(lines: list[RawLine], settings_) -> set[tuple[str, bool]]:
+    return {(c.message.address, c.cache.startswith("BRIDGE.")) for unit in _unit_ordered(lines, settings_)
+            for c in unit if c.cache}
+
+
+def _entry_order(entry: dict) -> tuple:
+    return entry["cache"], entry["dedup_key"]
 
 
 # -- engine vs model (real Spark) -------------------------------------------------------------------

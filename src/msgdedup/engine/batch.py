@@ -299,7 +299,11 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
                              for entries in (parent.counted, parent.left))
     kernel_entries = _union(entries_met, parent.apama) if entries_met is not None else None
     repeated_keys = _kept(transforms.repeated_keys(batch_keys, entries_met), kept)
-    marked = transforms.mark_repeated(messages, _broadcast_if_small(repeated_keys, repeated_keys.count()), apama)
+    contested_keys = repeated_keys
+    if parent.apama is not None:  # a key an Apama queue holds is contested too (its entries are not entries_met)
+        apama_met = transforms.entries_met(parent.apama, keys_side).select("cache", "dedup_key")
+        contested_keys = _kept(repeated_keys.unionByName(apama_met).distinct(), kept)
+    marked = transforms.mark_repeated(messages, _broadcast_if_small(contested_keys, contested_keys.count()), apama)
     units = _kept(transforms.rank_in_caches(transforms.assign_units(marked)), kept)
     decisions = _kept(transforms.decide(transforms.decision_stream(units, kernel_entries), windows, batch_id), kept)
     copies = transforms.copies(flagged)

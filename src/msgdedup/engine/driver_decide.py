@@ -47,7 +47,7 @@ _STREAM_SCHEMA = pa.schema([
     ("row_id", pa.int64()), ("message_id", pa.string()), ("txn_id", pa.string()), ("address", pa.string()),
     ("cache", pa.string()), ("dedup_key", pa.string()), ("cache_seq", pa.int64()), ("free_before", pa.int64()),
     ("contested_rank", pa.int64()), ("source_id", pa.string()), ("received_at_us", pa.int64()),
-    ("queue", pa.string()), ("accepted_batch_id", pa.string()),
+    ("queue", pa.string()), ("accepted_batch_id", pa.string()), ("passive", pa.bool_()),
 ])
 _STREAM_ROWS = 8192
 
@@ -147,6 +147,7 @@ def _stream(ordered: list[tuple[tuple, tuple[int, int]]], entries: pa.Table | No
             columns[name] += [0] * n
         for name in ("txn_id", "free_before", "contested_rank"):
             columns[name] += [None] * n
+        columns["passive"] += [False] * n
         for name in ("message_id", "address", "cache", "dedup_key", "cache_seq", "source_id", "received_at_us",
                      "queue", "accepted_batch_id"):
             columns[name] += e[name]
@@ -159,7 +160,7 @@ def _stream(ordered: list[tuple[tuple, tuple[int, int]]], entries: pa.Table | No
                             ("cache_seq", None), ("free_before", 0 if cache is not None else None),
                             ("contested_rank", rank[cache] if cache is not None else None),
                             ("source_id", source_id), ("received_at_us", None), ("queue", None),
-                            ("accepted_batch_id", None)):
+                            ("accepted_batch_id", None), ("passive", False)):
             columns[name].append(value)
     table = pa.table(columns, schema=_STREAM_SCHEMA)
     return table.to_batches(max_chunksize=_STREAM_ROWS)

@@ -28,7 +28,9 @@ units come in instant order, so uncontested units need not be seen here either.
 Apama caches (§8.2) are not: every key moves between queues with the acceptances of its sender and
 the shared queue's newest instant, so all their messages and all their parent entries come here
 (``ApamaQueues``), and the kernel reports their final queues as ``entry`` rows and their time as a
-``clock`` row.
+``clock`` row. Their uncontested messages still need no decision: they come ``passive``, with the
+uncontested acceptances before them, and the kernel only puts their keys in their sender's queue
+at the sequence number ``transforms.verdicts`` gives them, reporting nothing for them.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from __future__ import annotations
 import gc
 import heapq
 from collections import deque
+from operator import attrgetter
 from typing import Iterable, Iterator, Mapping
 
 import pyarrow as pa
@@ -78,8 +81,10 @@ _FLUSH_ROWS = 8192
 # The columns each kind of row fills (the others are null), in the order the Decider keeps them.
 VERDICT_FIELDS = ("row_id", "outcome", "reason", "duplicate_of", "cache_seq", "cache", "contested_rank",
                   "accepted_after")
-ENTRY_FIELDS = ("cache_seq", "cache", "dedup_key", "message_id", "address", "accepted_batch_id", "received_at_us",
-                "source_id", "queue")
+# (``entry`` rows: besides ``cache``, each field and the ``_Entry`` attribute it is read from)
+ENTRY_FIELDS = {"cache_seq": "seq", "dedup_key": "key", "message_id": "message_id", "address": "address",
+                "accepted_batch_id": "batch_id", "received_at_us": "instant", "source_id": "source",
+                "queue": "queue"}
 CLOCK_FIELDS = ("cache", "received_at_us")
 
 
@@ -87,8 +92,11 @@ def output_batch(kind: str, fields: tuple[str, ...], rows: list[tuple]) -> pa.Re
     """``rows`` (tuples of ``fields``) of one ``kind`` as a batch of OUTPUT_SCHEMA. Built by column,
     the unused ones as null arrays: converting whole rows of mostly-null fields cost more than
     deciding them."""
-    columns = dict(zip(fields, zip(*rows, strict=True), strict=True))
-    n = len(rows)
+    return output_columns(kind, len(rows), dict(zip(fields, zip(*rows, strict=True), strict=True)))
+
+
+def output_columns(kind: str, n: int, columns: Mapping[str, list]) -> pa.RecordBatch:
+    """``n`` rows of one ``kind`` given by column (field -> values) as a batch of OUTPUT_SCHEMA."""
     return pa.RecordBatch.from_arrays(
         [pa.array([kind] * n, pa.string()) if f.name == "kind"
          else pa.array(columns[f.name], f.type) if f.name in columns else pa.nulls(n, f.type)
@@ -159,10 +167,15 @@ class ApamaQueues:
             return
         entry.queue = SENDER_QUEUE
         self.where[entry.key] = entry
-        queue = self.senders.setdefault(entry.source, deque())
+        source = entry.source
+        queue = self.senders.get(source)
+        if queue is None:
+            queue = self.senders[source] = deque()
         queue.append(entry)
-        self.live[entry.source] = self.live.get(entry.source, 0) + 1
-        while self.live[entry.source] > self.per_source_window:
+        live = self.live[source] = self.live.get(source, 0) + 1
+        if live <= self.per_source_window:
+            return
+        while self.live[source] > self.per_source_window:
             oldest = queue.popleft()
             if oldest.queue == SENDER_QUEUE:  # else it left already (a resend moved it)
                 self._leave_sender(oldest)
@@ -190,10 +203,10 @@ class ApamaQueues:
             if self.where.get(gone.key) is gone:
                 del self.where[gone.key]
 
-    def entries(self) -> Iterator[_Entry]:
-        for source in sorted(self.senders, key=lambda s: (s is not None, s or "")):
-            yield from (e for e in self.senders[source] if e.queue == SENDER_QUEUE)
-        yield from (e for _, _, e in sorted(self.shared, key=lambda t: (t[0], t[1])))
+    def entries(self) -> list[_Entry]:
+        held = [e for source in sorted(self.senders, key=lambda s: (s is not None, s or ""))
+                for e in self.senders[source] if e.queue == SENDER_QUEUE]
+        return held + [e for _, _, e in sorted(self.shared, key=lambda t: (t[0], t[1]))]
 
 
 class Decider:
@@ -221,9 +234,10 @@ class Decider:
             c = batch.to_pydict()
             rows = zip(c["phase"], c["row_id"], c["message_id"], c["txn_id"], c["address"], c["cache"],
                        c["dedup_key"], c["cache_seq"], c["free_before"], c["contested_rank"], c["unit_us"],
-                       c["source_id"], c["received_at_us"], c["queue"], c["accepted_batch_id"], strict=True)
+                       c["source_id"], c["received_at_us"], c["queue"], c["accepted_batch_id"], c["passive"],
+                       strict=True)
             for (phase, row_id, message_id, txn_id, address, cache, key, seq, free_before, rank, unit_us, source,
-                 instant, queue, accepted_batch_id) in rows:
+                 instant, queue, accepted_batch_id, passive) in rows:
                 if phase == SNAPSHOT_PHASE:
                     if cache in self.apama_rows:
                         self.apama_rows[cache].append(
@@ -231,9 +245,12 @@ class Decider:
                     else:
                         self.entries[(cache, key)] = (seq, message_id, instant)
                     continue
-                if self.unit and (txn_id is None or self.unit[-1][2] != txn_id):
+                if self.unit and (passive or txn_id is None or self.unit[-1][2] != txn_id):
                     self._decide_unit()
-                if txn_id is None and cache is not None:
+                if passive:  # an uncontested acceptance of an Apama cache: its key cannot be found there
+                    self._queues(cache).accept(key, self._last_seq(cache, free_before) + 1, message_id, address,
+                                               self.batch_id, unit_us, source)
+                elif txn_id is None and cache is not None:
                     self._decide_single(row_id, message_id, address, cache, key, free_before, rank, unit_us, source)
                 else:
                     self.unit.append((row_id, message_id, txn_id, address, cache, key, free_before, rank, unit_us,
@@ -346,18 +363,18 @@ class Decider:
             self.verdicts.append((*verdict, cache, rank, after))
 
     def _report_apama(self) -> Iterator[pa.RecordBatch]:
-        """Every Apama cache's queues after the batch (its snapshot rows) and its time."""
-        rows, clocks = [], []
+        """Every Apama cache's queues after the batch (its snapshot rows) and its time. Built by
+        column, an attribute at a time: as many rows as the batch has messages, at 1M messages
+        building a tuple per entry cost about a second more."""
+        clocks = []
         for name in self.apama_rows:
             queues = self._queues(name)
-            for e in queues.entries():
-                rows.append((e.seq, name, e.key, e.message_id, e.address, e.batch_id, e.instant, e.source, e.queue))
-                if len(rows) >= _FLUSH_ROWS:
-                    yield output_batch(ENTRY, ENTRY_FIELDS, rows)
-                    rows = []
+            held = queues.entries()
+            for start in range(0, len(held), _FLUSH_ROWS):
+                chunk = held[start:start + _FLUSH_ROWS]
+                columns = {field: list(map(attrgetter(attribute), chunk)) for field, attribute in ENTRY_FIELDS.items()}
+                yield output_columns(ENTRY, len(chunk), {"cache": [name] * len(chunk), **columns})
             clocks.append((name, queues.clock))
-        if rows:
-            yield output_batch(ENTRY, ENTRY_FIELDS, rows)
         if clocks:
             yield output_batch(CLOCK, CLOCK_FIELDS, clocks)
 

@@ -117,11 +117,14 @@ def repeated_keys(batch_keys: DataFrame, entries_met: DataFrame | None) -> DataF
 
 
 def mark_repeated(messages: DataFrame, repeated: DataFrame, sequential: list[str]) -> DataFrame:
-    """Add ``repeated``: the message's key is one of ``repeated_keys``, or its cache is one of
-    ``sequential`` (Apama caches: all their units go through the kernel, see kernel.py)."""
+    """Add ``repeated``: the message's key is one of ``repeated`` (``repeated_keys``, and for
+    Apama caches the keys of the parent's queues the batch meets), and ``sequential``: its cache
+    is one of ``sequential`` (Apama caches), whose every acceptance moves the queues, so the kernel
+    sees all their messages: the contested ones to decide, the others to keep the queues (kernel.py)."""
     in_sequential = F.col("cache").isin(sequential) if sequential else F.lit(False)
     return (messages.join(repeated.withColumn("repeated", F.lit(True)), ["cache", "dedup_key"], "left")
-            .withColumn("repeated", F.coalesce("repeated", F.lit(False)) | F.coalesce(in_sequential, F.lit(False))))
+            .withColumn("repeated", F.coalesce("repeated", F.lit(False)))
+            .withColumn("sequential", F.coalesce(in_sequential, F.lit(False))))
 
 
 def assign_units(messages: DataFrame) -> DataFrame:
@@ -171,13 +174,19 @@ def rank_in_caches(units: DataFrame) -> DataFrame:
 def decision_stream(units: DataFrame, entries: DataFrame | None) -> DataFrame:
     """One sorted partition: the parent's entries the kernel needs (``entries``, SNAPSHOT_COLUMNS:
     those the batch's keys can meet, and every entry of an Apama cache), then the contested
-    messages in unit order (messages of a transaction keep their own order)."""
-    contested = units.filter(F.col("contested"))
+    messages and the uncontested ones of Apama caches (``passive``: the kernel only moves their
+    keys through the queues, ``verdicts`` numbers them as every uncontested message) in unit order
+    (messages of a transaction keep their own order)."""
+    seen = units.filter(F.col("contested") | F.col("sequential"))
     none = lambda column, kind: F.lit(None).cast(kind).alias(column)  # noqa: E731
-    messages = contested.select(
+    passive = ~F.col("contested")
+    messages = seen.select(
         F.lit(kernel.MESSAGE_PHASE).alias("phase"), *_UNIT_ORDER, "message_id", "txn_id", "address",
-        "cache", "dedup_key", none("cache_seq", "long"), F.col("free_rank").alias("free_before"), "contested_rank",
-        "source_id", none("received_at_us", "long"), none("queue", "string"), none("accepted_batch_id", "string"))
+        "cache", "dedup_key", none("cache_seq", "long"),
+        # an uncontested message's free_rank counts itself
+        F.when(passive, F.col("free_rank") - 1).otherwise(F.col("free_rank")).alias("free_before"),
+        "contested_rank", "source_id", none("received_at_us", "long"), none("queue", "string"),
+        none("accepted_batch_id", "string"), passive.alias("passive"))
     stream = messages
     if entries is not None:
         entries = entries.select(
@@ -185,7 +194,7 @@ def decision_stream(units: DataFrame, entries: DataFrame | None) -> DataFrame:
             *[F.lit(0).cast("long").alias(c) for c in _UNIT_ORDER], "message_id",
             none("txn_id", "string"), "address", "cache", "dedup_key",
             "cache_seq", none("free_before", "long"), none("contested_rank", "long"),
-            "source_id", "received_at_us", "queue", "accepted_batch_id")
+            "source_id", "received_at_us", "queue", "accepted_batch_id", F.lit(False).alias("passive"))
         stream = entries.unionByName(stream)
     return stream.repartition(1).sortWithinPartitions("phase", *_UNIT_ORDER)
 
