@@ -66,7 +66,9 @@ def _split_and_decide(lines: list[RawLine], settings_, parent: model.BatchResult
     """The engine's plan, in plain Python (transforms.mark_repeated ... transforms.verdicts):
     uncontested units are delivered and number themselves, the contested ones go through the
     kernel with their counts of uncontested acceptances before them, and so do the uncontested
-    messages of Apama caches, passive (the kernel only moves their keys through the queues)."""
+    messages of Apama caches, passive (the kernel only moves their keys through the queues),
+    but those of quiet senders (transforms.quiet_senders), whose acceptances stay in their queue
+    without the kernel."""
     units = _unit_ordered(lines, settings_)
     caches = windows.resolve(settings_, _parent_caches(parent), _keyed(lines, settings_))
     apama = set(windows.of_policy(caches, APAMA))
@@ -74,8 +76,11 @@ def _split_and_decide(lines: list[RawLine], settings_, parent: model.BatchResult
     occurrences = Counter((c.cache, c.key) for unit in units for c in unit if c.cache is not None)
     occurrences.update((e["cache"], e["dedup_key"]) for e in snapshot)
     repeated = {k for k, n in occurrences.items() if n > 1}
+    load = Counter((c.cache, c.message.source_id) for unit in units for c in unit if c.cache in apama)
+    load.update((e["cache"], e.get("source_id")) for e in snapshot if e.get("queue") == kernel.SENDER_QUEUE)
+    quiet = {sender for sender, n in load.items() if n <= caches[sender[0]].setting.per_source_window}
 
-    free_rank, contested_rank, rows, free = Counter(), Counter(), [], {}
+    free_rank, contested_rank, rows, free, queued = Counter(), Counter(), [], {}, []
     for unit in units:
         contested = any((c.cache, c.key) in repeated for c in unit if c.cache is not None)
         for c in unit:
@@ -83,6 +88,9 @@ def _split_and_decide(lines: list[RawLine], settings_, parent: model.BatchResult
                 (contested_rank if contested else free_rank)[c.cache] += 1
             ranks = (free_rank[c.cache], contested_rank[c.cache]) if c.cache is not None else (None, None)
             passive = not contested and c.cache in apama
+            if passive and (c.cache, c.message.source_id) in quiet:
+                passive = False
+                queued.append((c, unit[-1].message.received_at_us))
             if contested or passive:
                 rows.append({"phase": kernel.MESSAGE_PHASE, "row_id": len(rows), "message_id": c.message.message_id,
                              "txn_id": c.message.txn_id, "address": c.message.address, "cache": c.cache,
@@ -116,6 +124,12 @@ def _split_and_decide(lines: list[RawLine], settings_, parent: model.BatchResult
     for message_id, (cache, f_rank, c_rank) in free.items():
         seq = None if cache is None else caches[cache].last_seq + f_rank + accepted_after.get((cache, c_rank), 0)
         verdicts[message_id] = ("delivered", None, seq)
+    for c, unit_us in queued:  # as transforms.verdicts and acceptances give them
+        clock = caches[c.cache].clock_us
+        queues.append({"cache": c.cache, "dedup_key": c.key, "cache_seq": verdicts[c.message.message_id][2],
+                       "message_id": c.message.message_id, "address": c.message.address, "accepted_batch_id": "b1",
+                       "received_at_us": unit_us if clock is None else max(unit_us, clock),
+                       "source_id": c.message.source_id, "queue": kernel.SENDER_QUEUE})
     return verdicts, queues
 
 

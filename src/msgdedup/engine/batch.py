@@ -190,7 +190,7 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
                      [f.path for f in files], kept)
     tally = decided.tally
     caches = manifests.cache_counters(windows, tally.accepted_per_cache(),
-                                      {**tally.clocks(windows), **decided.apama_clocks})
+                                      tally.clocks(windows, decided.apama_clocks))
     timer.lap("decide")
 
     # the window-miss audit (§9): misses among the keys that can have an earlier acceptance
@@ -299,11 +299,15 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
                              for entries in (parent.counted, parent.left))
     kernel_entries = _union(entries_met, parent.apama) if entries_met is not None else None
     repeated_keys = _kept(transforms.repeated_keys(batch_keys, entries_met), kept)
-    contested_keys = repeated_keys
+    contested_keys, quiet = repeated_keys, None
     if parent.apama is not None:  # a key an Apama queue holds is contested too (its entries are not entries_met)
         apama_met = transforms.entries_met(parent.apama, keys_side).select("cache", "dedup_key")
         contested_keys = _kept(repeated_keys.unionByName(apama_met).distinct(), kept)
-    marked = transforms.mark_repeated(messages, _broadcast_if_small(contested_keys, contested_keys.count()), apama)
+    if apama:
+        quiet = _kept(transforms.quiet_senders(messages, parent.apama, _sender_windows(spark, windows)), kept)
+        quiet = _broadcast_if_small(quiet, quiet.count())
+    marked = transforms.mark_repeated(messages, _broadcast_if_small(contested_keys, contested_keys.count()), apama,
+                                      quiet)
     units = _kept(transforms.rank_in_caches(transforms.assign_units(marked)), kept)
     decisions = _kept(transforms.decide(transforms.decision_stream(units, kernel_entries), windows, batch_id), kept)
     copies = transforms.copies(flagged)
@@ -399,15 +403,18 @@ class _Tally:
                 accepted[r["cache"]] = accepted.get(r["cache"], 0) + n
         return accepted
 
-    def clocks(self, windows: dict[str, cache_windows.CacheWindow]) -> dict[str, int | None]:
-        """The time of every time cache after the batch: its latest entry's, or the time it had
-        (§8.4; an Apama cache's time the kernel reports)."""
+    def clocks(self, windows: dict[str, cache_windows.CacheWindow],
+               reported: dict[str, int | None]) -> dict[str, int | None]:
+        """The time of every time and Apama cache after the batch (§8.4): the latest of the time it
+        had, its latest entry's and, for an Apama cache, the time the kernel ``reported`` (which
+        also moves with a resend, and misses the acceptances of quiet senders it never saw)."""
         latest: dict[str, int] = {}
         for r in self.rows:
             if r["clock_us"] is not None:
                 latest[r["cache"]] = max(r["clock_us"], latest.get(r["cache"], r["clock_us"]))
-        return {name: max((t for t in (w.clock_us, latest.get(name)) if t is not None), default=None)
-                for name, w in windows.items() if w.policy == TIME}
+        return {name: max((t for t in (w.clock_us, latest.get(name), reported.get(name)) if t is not None),
+                          default=None)
+                for name, w in windows.items() if w.policy in (TIME, APAMA)}
 
     def by_address(self) -> dict[str, dict[str, int]]:
         by_address: dict[str, dict[str, int]] = {}
@@ -494,6 +501,12 @@ def _starts(spark: SparkSession, windows: dict[str, cache_windows.CacheWindow]) 
     """Per cache, where it starts: its counter and time, and whether it keeps instants."""
     return local_frame(spark, [(name, w.last_seq, w.clock_us, w.policy != COUNT) for name, w in windows.items()],
                        "cache string, last_seq long, clock_us long, timed boolean")
+
+
+def _sender_windows(spark: SparkSession, windows: dict[str, cache_windows.CacheWindow]) -> DataFrame:
+    """Per Apama cache, the size of each sender's queue (``transforms.quiet_senders``)."""
+    return local_frame(spark, [(name, w.setting.per_source_window) for name, w in windows.items()
+                               if w.policy == APAMA], "cache string, per_source_window long")
 
 
 def _limits(spark: SparkSession, caches: dict[str, dict]) -> DataFrame:

@@ -35,7 +35,7 @@ VERDICT_SCHEMA = pa.schema([
     ("row_id", pa.int64()), ("outcome", pa.string()), ("reason", pa.string()), ("duplicate_of", pa.string()),
     ("cache_seq", pa.int64()), ("error", pa.string()), ("message_id", pa.string()), ("address", pa.string()),
     ("cache", pa.string()), ("dedup_key", pa.string()), ("source_id", pa.string()),
-    ("received_at_us", pa.int64()),
+    ("received_at_us", pa.int64()), ("queue", pa.string()),
 ])
 assert VERDICT_SCHEMA.names == VERDICT_COLUMNS, "the verdicts of both plans have one shape"
 UNIT_SCHEMA = pa.schema([("row_id", pa.int64()), ("unit_row", pa.int64())])
@@ -184,7 +184,8 @@ def _verdicts(ordered: list[tuple[tuple, tuple[int, int]]], copies: list[tuple[i
         for name, value in (("row_id", row_id), ("outcome", outcome), ("reason", reason),
                             ("duplicate_of", duplicate_of), ("cache_seq", seq), ("error", None),
                             ("message_id", message_id), ("address", address), ("cache", cache),
-                            ("dedup_key", key), ("source_id", source_id), ("received_at_us", entered)):
+                            ("dedup_key", key), ("source_id", source_id), ("received_at_us", entered),
+                            ("queue", None)):  # the kernel reports every Apama entry here
             columns[name].append(value)
     for row_id, error in copies:
         for name in VERDICT_SCHEMA.names:

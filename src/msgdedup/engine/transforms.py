@@ -26,6 +26,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from msgdedup.config import TIME
 from msgdedup.engine import kernel
+from msgdedup.engine.kernel import SENDER_QUEUE
 from msgdedup.engine.windows import CacheWindow
 from msgdedup.engine.parsing import LINE_BITS
 
@@ -116,15 +117,41 @@ def repeated_keys(batch_keys: DataFrame, entries_met: DataFrame | None) -> DataF
     return repeated
 
 
-def mark_repeated(messages: DataFrame, repeated: DataFrame, sequential: list[str]) -> DataFrame:
+def mark_repeated(messages: DataFrame, repeated: DataFrame, sequential: list[str],
+                  quiet: DataFrame | None = None) -> DataFrame:
     """Add ``repeated``: the message's key is one of ``repeated`` (``repeated_keys``, and for
-    Apama caches the keys of the parent's queues the batch meets), and ``sequential``: its cache
-    is one of ``sequential`` (Apama caches), whose every acceptance moves the queues, so the kernel
-    sees all their messages: the contested ones to decide, the others to keep the queues (kernel.py)."""
-    in_sequential = F.col("cache").isin(sequential) if sequential else F.lit(False)
-    return (messages.join(repeated.withColumn("repeated", F.lit(True)), ["cache", "dedup_key"], "left")
-            .withColumn("repeated", F.coalesce("repeated", F.lit(False)))
-            .withColumn("sequential", F.coalesce(in_sequential, F.lit(False))))
+    Apama caches the keys of the parent's queues the batch meets); ``sequential``: its cache is
+    one of ``sequential`` (Apama caches), whose acceptances move the queues, so the kernel sees
+    their messages, the contested ones to decide, the others to keep the queues (kernel.py); and
+    ``quiet``: its (cache, source_id) is one of ``quiet`` (``quiet_senders``), whose queue
+    cannot overflow in this batch, so its uncontested messages need not reach the kernel."""
+    in_sequential = F.coalesce(F.col("cache").isin(sequential) if sequential else F.lit(False), F.lit(False))
+    marked = (messages.join(repeated.withColumn("repeated", F.lit(True)), ["cache", "dedup_key"], "left")
+              .withColumn("repeated", F.coalesce("repeated", F.lit(False)))
+              .withColumn("sequential", in_sequential))
+    if quiet is None:
+        return marked.withColumn("quiet", F.lit(False))
+    # source_id may be null: the messages without one share a queue (§8.2)
+    q = quiet.select(F.col("cache").alias("_q_cache"), F.col("source_id").alias("_q_source"))
+    on = (F.col("cache") == F.col("_q_cache")) & F.col("source_id").eqNullSafe(F.col("_q_source"))
+    return (marked.join(q, on, "left").withColumn("quiet", in_sequential & F.col("_q_cache").isNotNull())
+            .drop("_q_cache", "_q_source"))
+
+
+def quiet_senders(messages: DataFrame, parent_apama: DataFrame | None, windows: DataFrame) -> DataFrame:
+    """The (cache, source_id) pairs of Apama caches whose sender queue cannot overflow in this
+    batch: the entries the parent left in it and the batch's messages to it (every acceptance
+    there is one of them) fit ``per_source_window`` (``windows``: ``cache``,
+    ``per_source_window`` of the Apama caches; small). Such a queue only ever grows in the batch,
+    so its uncontested acceptances stay in it, where ``verdicts`` puts them without the kernel."""
+    apama = windows.select("cache")
+    load = messages.join(F.broadcast(apama), "cache").groupBy("cache", "source_id").count()
+    if parent_apama is not None:
+        held = (parent_apama.filter(F.col("queue") == SENDER_QUEUE).join(F.broadcast(apama), "cache")
+                .groupBy("cache", "source_id").count())
+        load = load.unionByName(held).groupBy("cache", "source_id").agg(F.sum("count").alias("count"))
+    return (load.join(F.broadcast(windows), "cache")
+            .filter(F.col("count") <= F.col("per_source_window")).select("cache", "source_id"))
 
 
 def assign_units(messages: DataFrame) -> DataFrame:
@@ -174,10 +201,10 @@ def rank_in_caches(units: DataFrame) -> DataFrame:
 def decision_stream(units: DataFrame, entries: DataFrame | None) -> DataFrame:
     """One sorted partition: the parent's entries the kernel needs (``entries``, SNAPSHOT_COLUMNS:
     those the batch's keys can meet, and every entry of an Apama cache), then the contested
-    messages and the uncontested ones of Apama caches (``passive``: the kernel only moves their
-    keys through the queues, ``verdicts`` numbers them as every uncontested message) in unit order
-    (messages of a transaction keep their own order)."""
-    seen = units.filter(F.col("contested") | F.col("sequential"))
+    messages and the uncontested ones of Apama caches but ``quiet`` senders' (``passive``: the
+    kernel only moves their keys through the queues, ``verdicts`` numbers them as every
+    uncontested message) in unit order (messages of a transaction keep their own order)."""
+    seen = units.filter(F.col("contested") | (F.col("sequential") & ~F.col("quiet")))
     none = lambda column, kind: F.lit(None).cast(kind).alias(column)  # noqa: E731
     passive = ~F.col("contested")
     messages = seen.select(
@@ -211,7 +238,7 @@ def kernel_rows(decisions: DataFrame, kind: str) -> DataFrame:
 
 # -- outputs --------------------------------------------------------------------------------------
 VERDICT_COLUMNS = ["row_id", "outcome", "reason", "duplicate_of", "cache_seq", "error",
-                   "message_id", "address", "cache", "dedup_key", "source_id", "received_at_us"]
+                   "message_id", "address", "cache", "dedup_key", "source_id", "received_at_us", "queue"]
 
 
 def verdicts(units: DataFrame, decisions: DataFrame, copies: DataFrame, starts: DataFrame) -> DataFrame:
@@ -237,10 +264,12 @@ def verdicts(units: DataFrame, decisions: DataFrame, copies: DataFrame, starts: 
         .select("row_id", F.lit(kernel.DELIVERED).alias("outcome"),
                 *[F.lit(None).cast("string").alias(c) for c in ("reason", "duplicate_of")],
                 (F.coalesce("last_seq", F.lit(0)) + F.col("free_rank") + F.coalesce("accepted_after", F.lit(0)))
-                .alias("cache_seq"), *identity)
+                .alias("cache_seq"), *identity,
+                F.when(F.col("quiet"), F.lit(SENDER_QUEUE)).alias("queue"))
     )
     decided = units.filter(F.col("contested")).select("row_id", *identity).join(
-        decisions.select("row_id", "outcome", "reason", "duplicate_of", "cache_seq"), "row_id")
+        decisions.select("row_id", "outcome", "reason", "duplicate_of", "cache_seq"), "row_id").withColumn(
+        "queue", F.lit(None).cast("string"))
     timed = (free.unionByName(decided).join(starts.select("cache", "clock_us", "timed"), "cache", "left")
              .withColumn("received_at_us", F.when(F.col("timed") & F.col("cache_seq").isNotNull(),
                                                   F.greatest("unit_us", F.coalesce("clock_us", "unit_us"))))
@@ -249,7 +278,7 @@ def verdicts(units: DataFrame, decisions: DataFrame, copies: DataFrame, starts: 
         "row_id", F.lit(QUARANTINED).alias("outcome"), *[F.lit(None).cast("string").alias(c) for c in (
             "reason", "duplicate_of")], F.lit(None).cast("long").alias("cache_seq"), "error",
         *[F.lit(None).cast("string").alias(c) for c in ("message_id", "address", "cache", "dedup_key", "source_id")],
-        F.lit(None).cast("long").alias("received_at_us"))
+        F.lit(None).cast("long").alias("received_at_us"), F.lit(None).cast("string").alias("queue"))
     return timed.select(*VERDICT_COLUMNS).unionByName(quarantined.select(*VERDICT_COLUMNS))
 
 
@@ -310,11 +339,12 @@ def quarantine(invalid: DataFrame, valid: DataFrame, repeated: DataFrame | None)
 
 
 def acceptances(verdicts: DataFrame, batch_id: str) -> DataFrame:
-    """This batch's acceptances as cache entries (SNAPSHOT_COLUMNS)."""
+    """This batch's acceptances as cache entries (SNAPSHOT_COLUMNS); those that stay in an Apama
+    sender's queue (``queue``) with their sender."""
     return (verdicts.filter(F.col("cache_seq").isNotNull())
             .select("cache", "dedup_key", "cache_seq", "message_id", "address",
                     F.lit(batch_id).alias("accepted_batch_id"), "received_at_us",
-                    *[F.lit(None).cast("string").alias(c) for c in ("source_id", "queue")]))
+                    F.when(F.col("queue").isNotNull(), F.col("source_id")).alias("source_id"), "queue"))
 
 
 def snapshot_limits(cache: dict) -> tuple[int | None, int | None]:
@@ -338,9 +368,11 @@ def snapshot(entries: DataFrame, limits: DataFrame, apama_entries: DataFrame) ->
     """The new ID cache. Count and time caches: their ``entries`` (the parent's carried ones and
     this batch's ``acceptances``) still within their limits (``limits``: ``cache`` and its
     ``snapshot_limits``; small), ``within_limits``. Apama caches: the queues the kernel reports
-    (``apama_entries``)."""
+    (``apama_entries``), and the acceptances that stay in a quiet sender's queue (``queue`` set:
+    ``quiet_senders``), which the kernel never saw."""
     kept = entries.join(F.broadcast(limits), "cache").filter(within_limits()).select(*SNAPSHOT_COLUMNS)
-    return kept.unionByName(apama_entries.select(*SNAPSHOT_COLUMNS))
+    queued = entries.filter(F.col("queue").isNotNull()).select(*SNAPSHOT_COLUMNS)
+    return kept.unionByName(queued).unionByName(apama_entries.select(*SNAPSHOT_COLUMNS))
 
 
 def entry_digests(snapshot: DataFrame) -> DataFrame:
