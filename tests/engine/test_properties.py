@@ -74,11 +74,15 @@ def _split_and_decide(lines: list[RawLine], settings_, parent: model.BatchResult
     apama = set(windows.of_policy(caches, APAMA))
     snapshot = [e for e in (parent.snapshot_entries() if parent else []) if caches[e["cache"]].carried]
     occurrences = Counter((c.cache, c.key) for unit in units for c in unit if c.cache is not None)
+    named = set(occurrences)
     occurrences.update((e["cache"], e["dedup_key"]) for e in snapshot)
     repeated = {k for k, n in occurrences.items() if n > 1}
     load = Counter((c.cache, c.message.source_id) for unit in units for c in unit if c.cache in apama)
     load.update((e["cache"], e.get("source_id")) for e in snapshot if e.get("queue") == kernel.SENDER_QUEUE)
     quiet = {sender for sender, n in load.items() if n <= caches[sender[0]].setting.per_source_window}
+    resting = [e for e in snapshot  # as transforms.named_entries
+               if e.get("queue") == kernel.SENDER_QUEUE and (e["cache"], e.get("source_id")) in quiet
+               and (e["cache"], e["dedup_key"]) not in named]
 
     free_rank, contested_rank, rows, free, queued = Counter(), Counter(), [], {}, []
     for unit in units:
@@ -106,12 +110,13 @@ def _split_and_decide(lines: list[RawLine], settings_, parent: model.BatchResult
                 "cache_seq": e["cache_seq"], "free_before": None, "contested_rank": None, "unit_us": 0,
                 "source_id": e.get("source_id"), "received_at_us": e.get("received_at_us"), "queue": e.get("queue"),
                 "accepted_batch_id": e["accepted_batch_id"], "passive": False}
-               for e in snapshot if (e["cache"], e["dedup_key"]) in repeated or e["cache"] in apama]  # as batch.py
+               for e in snapshot if ((e["cache"], e["dedup_key"]) in repeated or e["cache"] in apama)
+               and e not in resting]  # as batch.py
     stream = entries + rows
     schema = pa.schema([(n, pa.int64() if n in INTS else pa.bool_() if n == "passive" else pa.string())
                         for n in stream[0]]) if stream else None
     batches = [pa.RecordBatch.from_pylist(stream[i:i + 7], schema=schema) for i in range(0, len(stream), 7)]
-    verdicts, accepted_after, queues = {}, {}, []
+    verdicts, accepted_after, queues = {}, {}, [{name: e.get(name) for name in APAMA_ENTRY} for e in resting]
     for out in kernel.decide(batches, caches, "b1"):
         for r in out.to_pylist():
             if r["kind"] == kernel.ENTRY:

@@ -297,15 +297,21 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
     # that left their window (§9, the window-miss audit); every entry of an Apama cache
     entries_met, left_met = (None if entries is None else _kept(transforms.entries_met(entries, keys_side), kept)
                              for entries in (parent.counted, parent.left))
-    kernel_entries = _union(entries_met, parent.apama) if entries_met is not None else None
     repeated_keys = _kept(transforms.repeated_keys(batch_keys, entries_met), kept)
-    contested_keys, quiet = repeated_keys, None
-    if parent.apama is not None:  # a key an Apama queue holds is contested too (its entries are not entries_met)
-        apama_met = transforms.entries_met(parent.apama, keys_side).select("cache", "dedup_key")
-        contested_keys = _kept(repeated_keys.unionByName(apama_met).distinct(), kept)
+    # Apama caches: their queues move with every acceptance (kernel.py), but a quiet sender's
+    # queue only grows: its uncontested messages and the parent's entries the batch never names
+    # stay in it without the kernel (resting)
+    contested_keys, quiet, apama_entries, resting = repeated_keys, None, parent.apama, None
     if apama:
         quiet = _kept(transforms.quiet_senders(messages, parent.apama, _sender_windows(spark, windows)), kept)
         quiet = _broadcast_if_small(quiet, quiet.count())
+    if parent.apama is not None:  # a key an Apama queue holds is contested too (its entries are not entries_met)
+        named = _kept(transforms.named_entries(parent.apama, keys_side, quiet), kept)
+        apama_met = named.filter("named").select("cache", "dedup_key")
+        contested_keys = _kept(repeated_keys.unionByName(apama_met).distinct(), kept)
+        apama_entries = named.filter(~F.col("resting")).select(*transforms.SNAPSHOT_COLUMNS)
+        resting = named.filter("resting").select(*transforms.SNAPSHOT_COLUMNS)
+    kernel_entries = _union(entries_met, apama_entries) if entries_met is not None else None
     marked = transforms.mark_repeated(messages, _broadcast_if_small(contested_keys, contested_keys.count()), apama,
                                       quiet)
     units = _kept(transforms.rank_in_caches(transforms.assign_units(marked)), kept)
@@ -315,8 +321,9 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
     tally = _Tally(transforms.verdict_counts(verdicts).collect())
     apama_clocks = {r["cache"]: r["received_at_us"]
                     for r in transforms.kernel_rows(decisions, kernel.CLOCK).collect()} if apama else {}
-    return _Decided(verdicts, copies, units, repeated_keys, entries_met, left_met,
-                    transforms.kernel_rows(decisions, kernel.ENTRY), apama_clocks, tally)
+    queues = transforms.kernel_rows(decisions, kernel.ENTRY).select(*transforms.SNAPSHOT_COLUMNS)
+    return _Decided(verdicts, copies, units, repeated_keys, entries_met, left_met, _union(queues, resting),
+                    apama_clocks, tally)
 
 
 def _decide_on_driver(spark: SparkSession, keys: DataFrame, parent: _Parent, windows: dict, batch_id: str,

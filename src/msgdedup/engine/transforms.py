@@ -131,11 +131,27 @@ def mark_repeated(messages: DataFrame, repeated: DataFrame, sequential: list[str
               .withColumn("sequential", in_sequential))
     if quiet is None:
         return marked.withColumn("quiet", F.lit(False))
-    # source_id may be null: the messages without one share a queue (§8.2)
+    return with_quiet(marked, quiet).withColumn("quiet", in_sequential & F.col("quiet"))
+
+
+def with_quiet(frame: DataFrame, quiet: DataFrame) -> DataFrame:
+    """Add ``quiet``: the row's (cache, source_id) is one of ``quiet`` (``quiet_senders``). A
+    null source_id is a sender too: the messages without one share a queue (§8.2)."""
     q = quiet.select(F.col("cache").alias("_q_cache"), F.col("source_id").alias("_q_source"))
     on = (F.col("cache") == F.col("_q_cache")) & F.col("source_id").eqNullSafe(F.col("_q_source"))
-    return (marked.join(q, on, "left").withColumn("quiet", in_sequential & F.col("_q_cache").isNotNull())
-            .drop("_q_cache", "_q_source"))
+    return frame.join(q, on, "left").withColumn("quiet", F.col("_q_cache").isNotNull()).drop("_q_cache", "_q_source")
+
+
+def named_entries(parent_apama: DataFrame, batch_keys: DataFrame, quiet: DataFrame) -> DataFrame:
+    """The parent's Apama entries with ``named`` (the batch names the key: ``batch_keys``) and
+    ``resting``: an entry in a quiet sender's queue whose key the batch never names is never found
+    and never pushed out, so it stays in that queue as it is, without the kernel. One join for
+    both uses (``contested_keys``, the kernel's entries), as the batch's keys rarely fit a broadcast."""
+    named = batch_keys.select("cache", "dedup_key").withColumn("named", F.lit(True))
+    return (with_quiet(parent_apama.join(named, ["cache", "dedup_key"], "left"), quiet)
+            .withColumn("named", F.coalesce("named", F.lit(False)))
+            .withColumn("resting", (F.col("queue") == SENDER_QUEUE) & F.col("quiet") & ~F.col("named"))
+            .drop("quiet"))
 
 
 def quiet_senders(messages: DataFrame, parent_apama: DataFrame | None, windows: DataFrame) -> DataFrame:
@@ -368,8 +384,9 @@ def snapshot(entries: DataFrame, limits: DataFrame, apama_entries: DataFrame) ->
     """The new ID cache. Count and time caches: their ``entries`` (the parent's carried ones and
     this batch's ``acceptances``) still within their limits (``limits``: ``cache`` and its
     ``snapshot_limits``; small), ``within_limits``. Apama caches: the queues the kernel reports
-    (``apama_entries``), and the acceptances that stay in a quiet sender's queue (``queue`` set:
-    ``quiet_senders``), which the kernel never saw."""
+    and the parent's entries that stayed in them (``apama_entries``, ``named_entries``), and
+    the acceptances that stay in a quiet sender's queue (``queue`` set: ``quiet_senders``), which
+    the kernel never saw."""
     kept = entries.join(F.broadcast(limits), "cache").filter(within_limits()).select(*SNAPSHOT_COLUMNS)
     queued = entries.filter(F.col("queue").isNotNull()).select(*SNAPSHOT_COLUMNS)
     return kept.unionByName(queued).unionByName(apama_entries.select(*SNAPSHOT_COLUMNS))
