@@ -26,11 +26,14 @@ entry's. A cache's time before a unit is max(its time before the batch, the unit
 units come in instant order, so uncontested units need not be seen here either.
 
 Apama caches (§8.2) are not: every key moves between queues with the acceptances of its sender and
-the shared queue's newest instant, so all their messages and all their parent entries come here
+the shared queue's newest instant, so their messages and their parent entries come here
 (``ApamaQueues``), and the kernel reports their final queues as ``entry`` rows and their time as a
 ``clock`` row. Their uncontested messages still need no decision: they come ``passive``, with the
 uncontested acceptances before them, and the kernel only puts their keys in their sender's queue
-at the sequence number ``transforms.verdicts`` gives them, reporting nothing for them.
+at the sequence number ``transforms.verdicts`` gives them, reporting nothing for them. A quiet
+sender's (``transforms.quiet_senders``: its queue cannot overflow in the batch) do not come at
+all, nor do the parent's entries in its queue that the batch never names: they stay where they
+are, and the snapshot takes them from Spark.
 """
 
 from __future__ import annotations
@@ -172,9 +175,7 @@ class ApamaQueues:
         if queue is None:
             queue = self.senders[source] = deque()
         queue.append(entry)
-        live = self.live[source] = self.live.get(source, 0) + 1
-        if live <= self.per_source_window:
-            return
+        self.live[source] = self.live.get(source, 0) + 1
         while self.live[source] > self.per_source_window:
             oldest = queue.popleft()
             if oldest.queue == SENDER_QUEUE:  # else it left already (a resend moved it)

@@ -3,7 +3,7 @@
     raw lines --parsing--> parsed --split_valid--> valid / invalid
     valid keys (KEY_COLUMNS) --flag_duplicate_message_ids--> messages / copies (quarantined)
     messages + parent snapshot --mark_repeated, assign_units--> units, contested or not
-    contested units + parent entries --decision_stream, decide--> the kernel's verdicts
+    contested units (+ Apama senders' passive ones) + parent entries --decision_stream, decide--> the kernel's verdicts
     units + kernel verdicts --verdicts--> every message's verdict, acceptances numbered
     valid + verdicts --delivered, dropped, quarantine--> the outputs
     parent snapshot + acceptances --snapshot--> the new ID cache
