@@ -224,7 +224,7 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
         "dropped": transforms.dropped(messages, verdicts_of(kernel.DROPPED)),
         "quarantine": transforms.quarantine(
             invalid, valid, decided.copies if tally.of(transforms.QUARANTINED) else None),
-        "id_cache": transforms.snapshot(entries, _limits(spark, caches), decided.apama_entries),
+        "id_cache": transforms.snapshot(entries, _limits(spark, caches), decided.apama_entries, queued=bool(apama)),
         LEFT_KEYS: audit.left_keys(entries, parent.left, bounds) if settings.audit_horizon
         else local_frame(spark, [], audit.ENTRY_SCHEMA),  # the audit is off: nothing is remembered
     }

@@ -380,16 +380,18 @@ def within_limits() -> Column:
             & (F.col("oldest_us").isNull() | (F.col("received_at_us") >= F.col("oldest_us"))))
 
 
-def snapshot(entries: DataFrame, limits: DataFrame, apama_entries: DataFrame) -> DataFrame:
+def snapshot(entries: DataFrame, limits: DataFrame, apama_entries: DataFrame, queued: bool) -> DataFrame:
     """The new ID cache. Count and time caches: their ``entries`` (the parent's carried ones and
     this batch's ``acceptances``) still within their limits (``limits``: ``cache`` and its
     ``snapshot_limits``; small), ``within_limits``. Apama caches: the queues the kernel reports
-    and the parent's entries that stayed in them (``apama_entries``, ``named_entries``), and
-    the acceptances that stay in a quiet sender's queue (``queue`` set: ``quiet_senders``), which
-    the kernel never saw."""
+    and the parent's entries that stayed in them (``apama_entries``, ``named_entries``), and, if
+    ``queued`` (the batch has Apama caches: no other acceptance can), the acceptances that stay in
+    a quiet sender's queue (``queue`` set: ``quiet_senders``), which the kernel never saw."""
     kept = entries.join(F.broadcast(limits), "cache").filter(within_limits()).select(*SNAPSHOT_COLUMNS)
-    queued = entries.filter(F.col("queue").isNotNull()).select(*SNAPSHOT_COLUMNS)
-    return kept.unionByName(queued).unionByName(apama_entries.select(*SNAPSHOT_COLUMNS))
+    new = kept.unionByName(apama_entries.select(*SNAPSHOT_COLUMNS))
+    if queued:
+        new = new.unionByName(entries.filter(F.col("queue").isNotNull()).select(*SNAPSHOT_COLUMNS))
+    return new
 
 
 def entry_digests(snapshot: DataFrame) -> DataFrame:
