@@ -159,3 +159,39 @@ def test_typical_lines_take_the_fast_path(spark):
     rows, slow = _spark_rows(spark, raws)
     assert not slow
     assert all(r.error is None for r in rows.values())
+
+
+# The fast path's line test in its plain form: a string is any run of plain characters and
+# escapes. parsing.LINE_PATTERN is the same grammar unrolled and possessive (faster in Java's
+# engine); Python's ``re`` (3.11+) reads both, with ``\Z`` for Java's ``\z``.
+_PLAIN_STRING = r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt])*"'
+_PLAIN_NAME = r'"(?:[^"\\\x00-\x1f<>]|\\["\\/bfnrt])*"'
+_PLAIN_SCALAR = rf'(?:{_PLAIN_STRING}|-?(?:0|[1-9][0-9]{{0,17}}))'
+_PLAIN_MEMBER = rf'{_PLAIN_NAME}[ \t\r]*:[ \t\r]*{_PLAIN_SCALAR}'
+_PLAIN_OBJECT = rf'\{{[ \t\r]*(?:{_PLAIN_MEMBER}(?:[ \t\r]*,[ \t\r]*{_PLAIN_MEMBER})*)?[ \t\r]*\}}'
+_PLAIN_FIELD = rf'{_PLAIN_STRING}[ \t\r]*:[ \t\r]*(?:{_PLAIN_SCALAR}|{_PLAIN_OBJECT})'
+PLAIN_LINE_PATTERN = rf'[ \t\r]*\{{[ \t\r]*{_PLAIN_FIELD}(?:[ \t\r]*,[ \t\r]*{_PLAIN_FIELD})*[ \t\r]*\}}[ \t\r]*'
+
+_LINE_PIECES = ['{', '}', ',', ':', ' ', '\t', '\r', '\n', '"', '\\', '\\"', '\\n', '\\u0041', '\\x', '\x01', '<', '>',
+                'é', '"message_id"', '"a"', '"b\\\\"', '0', '-', '-0', '01', '7', '9' * 18, '9' * 19, '1.5', 'null']
+
+
+def test_unrolled_line_pattern_takes_the_lines_of_the_plain_one():
+    """The fast path's regular expression is only rewritten for speed: it accepts exactly the
+    lines its plain form does (generated near the grammar's edges, and the curated lines)."""
+    import re
+
+    unrolled = re.compile(parsing.LINE_PATTERN.replace(r"\z", r"\Z"))
+    plain = re.compile(PLAIN_LINE_PATTERN)
+    rng = random.Random(5)
+    lines = list(CURATED) + [json.dumps({"message_id": "m", "address": "a", "received_at": 1,
+                                         "properties": {"k": "v", "n": 3}, "body": "x\\\"y"})]
+    lines += ["".join(rng.choice(_LINE_PIECES) for _ in range(rng.randint(1, 30))) for _ in range(20000)]
+    lines += [line[:cut] + piece + line[cut:] for line in CURATED[:6] for piece in _LINE_PIECES
+              for cut in range(0, len(line), 7)]
+    accepted = 0
+    for line in lines:
+        expected = plain.fullmatch(line) is not None
+        assert (unrolled.match(line) is not None) == expected, line
+        accepted += expected
+    assert accepted > 100  # the comparison means something only if both kinds of line are many
