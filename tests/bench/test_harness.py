@@ -14,7 +14,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from msgdedup.bench import harness, report
-from msgdedup.bench.measure import measure, tree_rss
+from msgdedup.bench.measure import ProcessMemory, distinct_resident, measure, tree_rss
 from msgdedup.bench.peers import copy_peer, naive_peer, streaming_peer
 from msgdedup.bench.workload import Workload, write_batch
 
@@ -91,6 +91,33 @@ def test_measure_counts_the_process_tree(tmp_path):
     assert m.returncode == 0 and m.samples > 3
     assert m.peak_rss_bytes > 2 * 4_000_000, "parent and child python both counted"
     assert tree_rss([999_999_999]) == 0
+
+
+def test_pages_a_forked_child_shares_are_counted_once(tmp_path):
+    """A child forked from a process holding 200 MiB shares those pages until it writes them:
+    summed RSS counted them twice (400 MiB), the tree's resident memory holds them once."""
+    code = ("import os, time\n"
+            "b = bytearray(200 << 20)\n"
+            "for i in range(0, len(b), 4096): b[i] = 1\n"
+            "pid = os.fork()\n"
+            "time.sleep(1.5)\n"
+            "os._exit(0) if pid == 0 else os.waitpid(pid, 0)\n")
+    m = measure([sys.executable, "-c", code], log_path=tmp_path / "log.txt", interval=0.05)
+    assert m.returncode == 0
+    assert 200 << 20 < m.peak_rss_bytes < 300 << 20
+
+
+def test_a_child_sharing_its_parents_address_space_is_not_counted_again():
+    """A process cloned with its parent's address space, before it execs its own program, shows
+    the parent's resident set: the JVM spawning a helper is one JVM, not two."""
+    jvm = ProcessMemory(pid=10, ppid=1, exe="/usr/bin/java", rss=1500 << 20, resident=1490 << 20)
+    spawning = ProcessMemory(pid=11, ppid=10, exe="/usr/bin/java", rss=1500 << 20, resident=1490 << 20)
+    worker = ProcessMemory(pid=12, ppid=10, exe="/usr/bin/python", rss=150 << 20, resident=110 << 20)
+    forked = ProcessMemory(pid=13, ppid=12, exe="/usr/bin/python", rss=148 << 20, resident=40 << 20)
+    assert distinct_resident([jvm, spawning, worker, forked]) == (1490 + 110 + 40) << 20
+    # the same program with a resident set of its own is a process of its own
+    other = ProcessMemory(pid=14, ppid=10, exe="/usr/bin/java", rss=300 << 20, resident=290 << 20)
+    assert distinct_resident([jvm, other]) == (1490 + 290) << 20
 
 
 def test_a_printed_password_never_reaches_the_results(tmp_path):

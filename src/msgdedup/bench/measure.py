@@ -2,9 +2,17 @@
 
 A Spark app is not one process: spark-submit execs a JVM, which starts the Python driver and
 Python workers (pyspark daemon and its forks). Their memory only means something summed, so a
-sampler thread adds up the RSS of every live process under the root(s) every ``interval`` seconds
-and keeps the maximum. Short-lived workers between two samples can be missed: the figure is a
-sampled peak, good to the few percent that matter here, not an exact high-water mark.
+sampler thread adds up the resident memory of every live process under the root(s) every
+``interval`` seconds and keeps the maximum. Short-lived workers between two samples can be
+missed: the figure is a sampled peak, good to the few percent that matter here, not an exact
+high-water mark.
+
+Summed RSS counts a page once per process that maps it, so the sum is PSS (a page shared by n
+processes counts 1/n in each: the forked Python workers share most of the daemon's pages), and a
+process that shares its parent's whole address space is left out: a child the JVM has spawned
+but not yet exec'd (``posix_spawn`` clones the address space) is the JVM seen twice. Summed RSS
+reported such a moment as a second JVM: about 1.4 GiB too much in four of the eight 1M rows of
+the bench of November 26 (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -22,9 +30,45 @@ from pathlib import Path
 import psutil
 
 
+@dataclass(frozen=True)
+class ProcessMemory:
+    """One process of a tree, as ``tree_rss`` samples it."""
+
+    pid: int
+    ppid: int
+    exe: str
+    rss: int
+    resident: int  # PSS where the kernel reports it, else RSS
+
+
+def distinct_resident(processes: Iterable[ProcessMemory]) -> int:
+    """The resident bytes of ``processes`` summed, leaving out a child that shares its parent's
+    address space: same program and the same resident set to the page as its parent (a clone
+    before exec), which two processes with address spaces of their own practically never have."""
+    by_pid = {p.pid: p for p in processes}
+    total = 0
+    for p in by_pid.values():
+        parent = by_pid.get(p.ppid)
+        if parent is not None and (parent.exe, parent.rss) == (p.exe, p.rss):
+            continue
+        total += p.resident
+    return total
+
+
+def _memory(proc: psutil.Process) -> ProcessMemory:
+    with proc.oneshot():
+        rss = proc.memory_info().rss
+        try:
+            resident = proc.memory_full_info().pss
+        except (psutil.AccessDenied, AttributeError):  # no smaps to read: RSS
+            resident = rss
+        return ProcessMemory(proc.pid, proc.ppid(), proc.exe(), rss, resident)
+
+
 def tree_rss(roots: Iterable[int]) -> int:
-    """Sum of RSS (bytes) of the processes ``roots`` and all their descendants (each counted once)."""
-    seen: dict[int, int] = {}
+    """Resident bytes of the processes ``roots`` and all their descendants, each page counted once
+    (``distinct_resident``)."""
+    seen: dict[int, ProcessMemory] = {}
     for pid in roots:
         try:
             root = psutil.Process(pid)
@@ -35,10 +79,10 @@ def tree_rss(roots: Iterable[int]) -> int:
             if proc.pid in seen:
                 continue
             try:
-                seen[proc.pid] = proc.memory_info().rss
+                seen[proc.pid] = _memory(proc)
             except psutil.Error:
                 pass
-    return sum(seen.values())
+    return distinct_resident(seen.values())
 
 
 class PeakSampler:
