@@ -7,8 +7,9 @@ sampler thread adds up the resident memory of every live process under the root(
 missed: the figure is a sampled peak, good to the few percent that matter here, not an exact
 high-water mark.
 
-Summed RSS counts a page once per process that maps it, so the sum is PSS (a page shared by n
-processes counts 1/n in each: the forked Python workers share most of the daemon's pages), and a
+Summed RSS counts a page once per process that maps it, so processes that run one program (the
+forked Python workers share most of the daemon's pages) count their PSS (a page shared by n
+processes counts 1/n in each), and a
 process that shares its parent's whole address space is left out: a child the JVM has spawned
 but not yet exec'd (``posix_spawn`` clones the address space) is the JVM seen twice. Hadoop
 spawns ``chmod`` that way for the files a batch stages (a 1M batch: some twenty times, while the
@@ -24,6 +25,7 @@ import re
 import subprocess
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -56,20 +58,22 @@ def distinct_resident(processes: Iterable[ProcessMemory]) -> int:
     return total
 
 
-def _memory(proc: psutil.Process) -> ProcessMemory:
-    with proc.oneshot():
-        rss = proc.memory_info().rss
-        try:
-            resident = proc.memory_full_info().pss
-        except (psutil.AccessDenied, AttributeError):  # no smaps to read: RSS
-            resident = rss
-        return ProcessMemory(proc.pid, proc.ppid(), proc.exe(), rss, resident)
+def _pss(proc: psutil.Process, rss: int) -> int:
+    try:
+        return proc.memory_full_info().pss
+    except (psutil.AccessDenied, AttributeError):  # no smaps to read: RSS
+        return rss
 
 
 def tree_rss(roots: Iterable[int]) -> int:
     """Resident bytes of the processes ``roots`` and all their descendants, each page counted once
-    (``distinct_resident``)."""
-    seen: dict[int, ProcessMemory] = {}
+    (``distinct_resident``).
+
+    PSS is read only for processes that run the same program as another one of the tree (the
+    Python driver, daemon and its forked workers): processes of different programs share little
+    but libraries, and reading a 1.5 GiB JVM's PSS makes the kernel walk its page tables, some
+    25 ms a sample, which took a tenth of a core from the measured application."""
+    seen: dict[int, tuple[psutil.Process, int, int, str]] = {}
     for pid in roots:
         try:
             root = psutil.Process(pid)
@@ -80,10 +84,14 @@ def tree_rss(roots: Iterable[int]) -> int:
             if proc.pid in seen:
                 continue
             try:
-                seen[proc.pid] = _memory(proc)
+                with proc.oneshot():
+                    seen[proc.pid] = (proc, proc.ppid(), proc.memory_info().rss, proc.exe())
             except psutil.Error:
                 pass
-    return distinct_resident(seen.values())
+    programs = Counter(exe for _, _, _, exe in seen.values())
+    return distinct_resident(
+        ProcessMemory(pid, ppid, exe, rss, _pss(proc, rss) if programs[exe] > 1 else rss)
+        for pid, (proc, ppid, rss, exe) in seen.items())
 
 
 class PeakSampler:
