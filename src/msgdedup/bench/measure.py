@@ -11,10 +11,10 @@ Summed RSS counts a page once per process that maps it, so processes that run on
 forked Python workers share most of the daemon's pages) count their PSS (a page shared by n
 processes counts 1/n in each), and a process that shares its parent's whole address space is left
 out: a child the JVM has spawned but not yet exec'd (``posix_spawn`` clones the address space) is
-the JVM seen twice. Hadoop
-spawns ``chmod`` that way for the files a batch stages (a 1M batch: some twenty times, while the
-JVM is at its largest), the likeliest cause of the extra 1.4 GiB, one JVM's worth, that summed
-RSS showed in four of the eight 1M rows of the bench of November 26 (docs/benchmarks.md).
+the JVM seen twice. Hadoop spawns ``chmod`` that way for the files a batch stages (a 1M batch:
+some twenty times, while the JVM is at its largest), the likeliest cause of the extra 1.4 GiB, one
+JVM's worth, that summed RSS showed in four of the eight 1M rows of the bench of November 26
+(docs/benchmarks.md).
 """
 
 from __future__ import annotations
