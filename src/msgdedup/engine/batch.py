@@ -30,7 +30,8 @@ from msgdedup.engine import audit, driver_decide, kernel, manifest as manifests,
     windows as cache_windows
 from msgdedup.engine.filesystem import HadoopFS
 from msgdedup.engine.planning import (
-    BROADCAST_ROW_BYTES, OUTPUT_VERDICT_BYTES, application_settings, broadcast_rows, decides_on_driver, session_for,
+    BROADCAST_ROW_BYTES, OUTPUT_VERDICT_BYTES, application_settings, broadcast_rows, decides_on_driver,
+    kernel_on_driver, session_for,
 )
 from msgdedup.engine.reading import InputError, list_input_files, read_lines
 from msgdedup.engine.lease import WarehouseBusy
@@ -283,7 +284,8 @@ class _Decided:
 def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, windows: dict, batch_id: str,
                      source_files: list[str], kept: list[DataFrame]) -> _Decided:
     """transforms.py's plan: uncontested units by joins and windows, in parallel; contested ones
-    through the kernel in one task."""
+    through the kernel, on the driver when they are few (planning.kernel_on_driver), else in one
+    Spark task."""
     apama = cache_windows.of_policy(windows, APAMA)
     repeated_ids = _kept(transforms.repeated_message_ids(keys), kept)
     flagged = _kept(transforms.flag_duplicate_message_ids(
@@ -315,7 +317,13 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
     marked = transforms.mark_repeated(messages, _broadcast_if_small(contested_keys, contested_keys.count()), apama,
                                       quiet)
     units = _kept(transforms.rank_in_caches(transforms.assign_units(marked)), kept)
-    decisions = _kept(transforms.decide(transforms.decision_stream(units, kernel_entries), windows, batch_id), kept)
+    stream = transforms.decision_stream(units, kernel_entries)
+    if kernel_on_driver(spark, stream.count()):  # the count computes (and keeps) the units
+        decisions = spark.createDataFrame(
+            kernel.decide_table(transforms.in_unit_order(stream).toArrow().to_batches(), windows, batch_id),
+            transforms.OUTPUT_SPARK_SCHEMA)
+    else:
+        decisions = _kept(transforms.decide(stream, windows, batch_id), kept)
     copies = transforms.copies(flagged)
     verdicts = _kept(transforms.verdicts(units, decisions, copies, _starts(spark, windows)), kept)
     tally = _Tally(transforms.verdict_counts(verdicts).collect())

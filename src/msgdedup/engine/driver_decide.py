@@ -76,7 +76,7 @@ def decide(keys: pa.Table, entries: pa.Table | None, windows: Mapping[str, Cache
     messages, copies = _first_copies(rows, source_files)
     ordered = _in_unit_order(messages)
     stream = _stream(ordered, entries)
-    out = pa.Table.from_batches(list(kernel.decide(stream, windows, batch_id)), schema=kernel.OUTPUT_SCHEMA)
+    out = kernel.decide_table(stream, windows, batch_id)
     by_kind = {kind: out.filter(pc.equal(out["kind"], kind))
                for kind in (kernel.VERDICT, kernel.ENTRY, kernel.CLOCK)}
     verdicts = _verdicts(ordered, copies, by_kind[kernel.VERDICT], windows)

@@ -395,3 +395,8 @@ def decide(batches: Iterable[pa.RecordBatch], windows: Mapping[str, CacheWindow]
     finally:
         if enabled:
             gc.enable()
+
+
+def decide_table(stream: Iterable[pa.RecordBatch], windows: Mapping[str, CacheWindow], batch_id: str) -> pa.Table:
+    """``decide`` on the driver: the whole sorted stream in, its output as one table."""
+    return pa.Table.from_batches(list(decide(stream, windows, batch_id)), schema=OUTPUT_SCHEMA)

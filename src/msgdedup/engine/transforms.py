@@ -215,11 +215,11 @@ def rank_in_caches(units: DataFrame) -> DataFrame:
 
 # -- decide ---------------------------------------------------------------------------------------
 def decision_stream(units: DataFrame, entries: DataFrame | None) -> DataFrame:
-    """One sorted partition: the parent's entries the kernel needs (``entries``, SNAPSHOT_COLUMNS:
-    those the batch's keys can meet, and every entry of an Apama cache), then the contested
-    messages and the uncontested ones of Apama caches but ``quiet`` senders' (``passive``: the
-    kernel only moves their keys through the queues, ``verdicts`` numbers them as every
-    uncontested message) in unit order (messages of a transaction keep their own order)."""
+    """What the kernel reads (``in_unit_order`` puts it in its order): the parent's entries it
+    needs (``entries``, SNAPSHOT_COLUMNS: those the batch's keys can meet, and every entry of an
+    Apama cache), and the contested messages and the uncontested ones of Apama caches but
+    ``quiet`` senders' (``passive``: the kernel only moves their keys through the queues,
+    ``verdicts`` numbers them as every uncontested message)."""
     seen = units.filter(F.col("contested") | (F.col("sequential") & ~F.col("quiet")))
     none = lambda column, kind: F.lit(None).cast(kind).alias(column)  # noqa: E731
     passive = ~F.col("contested")
@@ -239,13 +239,20 @@ def decision_stream(units: DataFrame, entries: DataFrame | None) -> DataFrame:
             "cache_seq", none("free_before", "long"), none("contested_rank", "long"),
             "source_id", "received_at_us", "queue", "accepted_batch_id", F.lit(False).alias("passive"))
         stream = entries.unionByName(stream)
+    return stream
+
+
+def in_unit_order(stream: DataFrame) -> DataFrame:
+    """A ``decision_stream`` as the kernel walks it, in one partition: the parent's entries, then
+    the messages in unit order (messages of a transaction keep their own order)."""
     return stream.repartition(1).sortWithinPartitions("phase", *_UNIT_ORDER)
 
 
 def decide(stream: DataFrame, windows: dict[str, CacheWindow], batch_id: str) -> DataFrame:
-    """The kernel's output (kernel.OUTPUT_SCHEMA) for a decision stream: verdicts, and the
-    entries and time of the Apama caches."""
-    return stream.mapInArrow(lambda batches: kernel.decide(batches, windows, batch_id), OUTPUT_SPARK_SCHEMA)
+    """The kernel's output (kernel.OUTPUT_SCHEMA) for a ``decision_stream``, in one Spark task:
+    verdicts, and the entries and time of the Apama caches."""
+    return in_unit_order(stream).mapInArrow(lambda batches: kernel.decide(batches, windows, batch_id),
+                                            OUTPUT_SPARK_SCHEMA)
 
 
 def kernel_rows(decisions: DataFrame, kind: str) -> DataFrame:
