@@ -14,9 +14,12 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 def spark():
     from pyspark.sql import SparkSession
 
+    from msgdedup.engine.planning import APPLICATION_DEFAULTS
+
     session = (
         SparkSession.builder.master("local[2]")
         .appName("msgdedup-tests")
+        .config(map=APPLICATION_DEFAULTS)  # as the apps start (fair scheduling, the codegen cache)
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.session.timeZone", "UTC")

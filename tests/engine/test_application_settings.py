@@ -19,11 +19,11 @@ spark.stop()
 """
 
 
-def _setting_seen(tmp_path, *submit_args: str) -> str:
+def _setting_seen(tmp_path, *submit_args: str, key: str = CODEGEN_CACHE) -> str:
     app = tmp_path / "print_settings.py"
     app.write_text(PRINT_SETTINGS)
     done = subprocess.run([str(SPARK_SUBMIT), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
-                           *submit_args, str(app), CODEGEN_CACHE],
+                           *submit_args, str(app), key],
                           env=user_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     return next(line.split()[1] for line in done.stdout.splitlines() if line.startswith("VALUE "))
@@ -37,3 +37,8 @@ def test_an_application_keeps_the_compiled_code_of_a_batchs_stages(tmp_path):
 
 def test_spark_submits_conf_wins_over_the_applications_default(tmp_path):
     assert _setting_seen(tmp_path, "--conf", f"{CODEGEN_CACHE}=250") == "250"
+
+
+def test_an_application_schedules_its_jobs_fairly_between_pools(tmp_path):
+    """The gate's validations have a pool of their own (quality.gate.VALIDATION_POOL)."""
+    assert _setting_seen(tmp_path, key="spark.scheduler.mode") == "FAIR"

@@ -11,6 +11,7 @@ import pytest
 from msgdedup.engine.planning import DRIVER_DECIDE_LINES_CONF
 from msgdedup.quality import GateInputError, run_gate
 from msgdedup.exit_codes import USER_ERROR as EXIT_USER_ERROR
+from msgdedup.quality import gate
 from msgdedup.quality.gate import GateSettings, main
 from tests.quality.warehouse_fixture import (
     DELIVERED_DDL, DROPPED_DDL, ID_CACHE_DDL, delivered, dropped, entry, two_batches, write_rows,
@@ -58,7 +59,9 @@ def warehouse(pristine, tmp_path) -> Path:
     return copy
 
 
-def test_correct_batch_passes_and_writes_summary_and_data_docs(spark, engine, warehouse):
+def test_correct_batch_passes_and_writes_summary_and_data_docs(spark, engine, warehouse, monkeypatch):
+    pool = f"{gate.VALIDATION_POOL}-{engine}-{warehouse.parent.name}"  # one this test alone uses
+    monkeypatch.setattr(gate, "VALIDATION_POOL", pool)
     result = run_gate(spark, str(warehouse), "B2", GateSettings())
     assert result.success, result.summary_line()
     assert failed(result) == set()
@@ -76,6 +79,9 @@ def test_correct_batch_passes_and_writes_summary_and_data_docs(spark, engine, wa
     assert {"read_s", "derive_s", "validate_s", "data_docs_s", "total_s"} <= set(timings)
     assert all(isinstance(v, float) and 0 <= v <= timings["total_s"] for v in timings.values())
     assert timings == result.timings
+    if engine == "spark":
+        # GX's queries ran in the validation pool (fair scheduling creates a pool when a job uses it).
+        assert spark.sparkContext._jsc.sc().getPoolForName(pool).isDefined()
 
 
 def test_data_docs_list_every_gated_batch(spark, warehouse):

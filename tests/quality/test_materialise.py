@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from msgdedup.quality.materialise import (
-    LIMIT_INITIAL_PARTITIONS, SHUFFLE_PARTITIONS, MaterialisedTables, SmallFrames, gate_session,
+    CACHE_COMPRESSED, LIMIT_INITIAL_PARTITIONS, SHUFFLE_PARTITIONS, UNCOMPRESSED_HEAP_SHARE_CONF,
+    UNCOMPRESSED_LINE_BYTES, MaterialisedTables, SmallFrames, cache_settings, gate_session,
 )
 
 
@@ -25,6 +26,23 @@ def test_gate_session_starts_from_the_callers_settings_and_keeps_its_own_to_itse
 
 def test_gate_session_keeps_a_configured_shuffle_partition_count(spark):
     assert gate_session(spark).conf.get(SHUFFLE_PARTITIONS) == spark.conf.get(SHUFFLE_PARTITIONS)
+
+
+def test_tables_are_cached_uncompressed_only_while_they_fit_the_heaps_share(spark):
+    session = spark.newSession()
+    session.conf.unset(CACHE_COMPRESSED)
+    session.conf.set(UNCOMPRESSED_HEAP_SHARE_CONF, "0.25")
+    heap = spark.sparkContext._jvm.java.lang.Runtime.getRuntime().maxMemory()
+    fitting = int(heap * 0.25) // UNCOMPRESSED_LINE_BYTES
+
+    assert cache_settings(session, fitting) == {CACHE_COMPRESSED: "false"}
+    assert cache_settings(session, fitting + 1) == {}
+    session.conf.set(UNCOMPRESSED_HEAP_SHARE_CONF, "0")
+    assert cache_settings(session, 1) == {}
+    # The application's own choice stands.
+    session.conf.set(UNCOMPRESSED_HEAP_SHARE_CONF, "0.25")
+    session.conf.set(CACHE_COMPRESSED, "true")
+    assert cache_settings(session, 1) == {}
 
 
 def test_tables_are_cached_until_closed_and_a_failing_table_fails_the_gate(spark):

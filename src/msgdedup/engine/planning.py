@@ -59,7 +59,16 @@ def session_for(spark: SparkSession, input_bytes: int) -> SparkSession:
 # threads were the busiest of a warm 20K batch, ahead of Spark's tasks. With 1000 entries such a
 # batch takes about 30% less CPU and wall time (docs/benchmarks.md). A static setting: it has to
 # be there when the application starts; ``--conf`` of spark-submit still wins.
-APPLICATION_DEFAULTS = {"spark.sql.codegen.cache.maxEntries": "1000"}
+#
+# Fair scheduling between pools: the gate validates each checked table (GX: a dozen queries of one
+# or two tasks) while it still computes the others (jobs of many tasks), and in Spark's default
+# FIFO order each of GX's queries waited for every task of the jobs submitted before it, so the
+# validations piled up behind the computations and ran one after another at the end (2-2.5 s of a
+# 1M batch's gate, docs/benchmarks.md). The gate's validations run in a pool of their own
+# (``quality.gate.VALIDATION_POOL``), which now gets a task slot as soon as one is free. Every job
+# without a pool (the dedup's, the gate's computations) shares the default pool, in FIFO order
+# as before.
+APPLICATION_DEFAULTS = {"spark.sql.codegen.cache.maxEntries": "1000", "spark.scheduler.mode": "FAIR"}
 
 
 def application_settings() -> dict[str, str]:

@@ -47,7 +47,7 @@ from msgdedup.engine.filesystem import HadoopFS, local_directory
 from msgdedup.engine.planning import application_settings, decides_on_driver, small_plan
 from msgdedup.quality import tables
 from msgdedup.quality.checks import CHECKED_TABLES, DATA_DOCS_SITE, checkpoint_name
-from msgdedup.quality.materialise import MaterialisedTables, SmallFrames, gate_session
+from msgdedup.quality.materialise import MaterialisedTables, SmallFrames, cache_settings, gate_session
 from msgdedup.quality.project import default_project_dir, open_context
 
 log = logging.getLogger(__name__)
@@ -57,6 +57,12 @@ log = logging.getLogger(__name__)
 class GateInputError(Exception):
     """The gate cannot run on what it was given (batch not committed, outputs missing, ...)."""
 
+
+# GX's queries (the validations) run in a scheduler pool of their own, so that under fair scheduling
+# (``planning.APPLICATION_DEFAULTS``) they need not wait for the tasks of the tables still being
+# computed; under FIFO scheduling the pool is ignored.
+SCHEDULER_POOL = "spark.scheduler.pool"
+VALIDATION_POOL = "gx-gate-validate"
 
 # Exit 2 in every app that runs the gate: the batch is not committed or its outputs are missing,
 # or there is no GX project.
@@ -258,7 +264,7 @@ def small_frames(batch: BatchOutputs, batch_id: str) -> dict[str, Callable[[], D
     return {
         "repeated_message_ids": lambda: tables.repeated_message_ids(batch.delivered, batch.dropped),
         "keys_accepted_again": lambda: tables.keys_accepted_again(batch.delivered, batch.parent_id_cache, batch_id),
-        "shared_cache_seqs": lambda: tables.shared_cache_seqs(batch.delivered),
+        "shared_cache_seq_counts": lambda: tables.shared_cache_seq_counts(batch.delivered),
     }
 
 
@@ -282,8 +288,10 @@ def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str,
     def key_window() -> DataFrame:
         again = get("keys_accepted_again")
         few = small is not None and small.rows.get("keys_accepted_again") is not None  # brought to the driver
+        counts = get("shared_cache_seq_counts")
+        shared = None if counts is None else tables.shared_cache_seqs(batch.delivered, counts)
         return tables.key_window(batch.delivered, batch.dropped, batch.parent_id_cache, sizes, batch_id,
-                                 again, get("shared_cache_seqs"), few_repeats=few)
+                                 again, shared, few_repeats=few)
 
     return {
         "messages": lambda: tables.messages(batch.delivered, batch.dropped, get("repeated_message_ids")),
@@ -435,6 +443,8 @@ def run_gate(
     # ... and a batch small enough to be decided on the driver is checked there too: its tables
     # collected as pandas frames and validated by GX's pandas engine with the same suites.
     on_driver = decides_on_driver(session, batch.manifest["counts"]["input_lines"])
+    for key, value in cache_settings(session, batch.manifest["counts"]["input_lines"]).items():
+        session.conf.set(key, value)
     quality_dir = (settings.quality_dir or layout.quality_dir(warehouse)).rstrip("/")
     local_quality = local_directory(quality_dir)
     if local_quality is not None:
@@ -470,11 +480,13 @@ def run_gate(
                 checkpoint = checkpoints[checkpoint_name(name, pandas=on_driver)]
                 # Group the Spark jobs by checked table, so the Spark UI shows what the gate does.
                 spark.sparkContext.setJobGroup(f"gx-gate-{name}", f"GX gate of batch {batch_id}: {name}")
+                spark.sparkContext.setLocalProperty(SCHEDULER_POOL, VALIDATION_POOL)
                 result = checkpoint.run(batch_parameters={"dataframe": frame}, run_id=run_id)
                 results[name] = list(result.run_results.items())
     finally:
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
         spark.sparkContext.setLocalProperty("spark.job.description", None)
+        spark.sparkContext.setLocalProperty(SCHEDULER_POOL, None)
         # Cancel what still runs before waiting for any of it (a table may wait for a small frame).
         for running in (small, checked):
             if running is not None:

@@ -38,6 +38,20 @@ _NULLABLE_INTEGERS = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int32Dtype()}
 # driver's memory stays bounded.
 SMALL_ROWS = 10_000
 
+# Spark compresses a cached table batch by batch, and to choose a scheme for a column it first
+# runs every scheme's statistics over every value of it (for a string column, a dictionary of up to
+# 32,767 distinct values per batch of 10,000 rows). The checked tables' columns are mostly
+# distinct strings (message_ids, keys), which no scheme shrinks much, so at 1M messages caching
+# them compressed took 2-3 s more of a 13 s gate (docs/benchmarks.md). Uncompressed they are some
+# 270 bytes a batch line (1M lines: messages 147 MiB and key_window 109 MiB, against 29 and
+# 77 MiB compressed), so they are cached uncompressed when that fits this share of the driver's
+# heap, which holds the cache in local mode (with a 1g driver: up to about a million lines).
+# On a cluster the executors hold it, whose heaps are usually the larger. 0 always compresses.
+CACHE_COMPRESSED = "spark.sql.inMemoryColumnarStorage.compressed"
+UNCOMPRESSED_LINE_BYTES = 280
+UNCOMPRESSED_HEAP_SHARE = 0.3
+UNCOMPRESSED_HEAP_SHARE_CONF = "spark.msgdedup.gateUncompressedHeapShare"
+
 
 def gate_session(spark: SparkSession) -> SparkSession:
     """A session of the same application (same SparkContext, same cache) for the gate's queries.
@@ -59,6 +73,19 @@ def gate_session(spark: SparkSession) -> SparkSession:
     # table's partitions (MaterialisedTables keeps at most ``parallelism``) in one job, not two.
     session.conf.set(LIMIT_INITIAL_PARTITIONS, str(parallelism))
     return session
+
+
+def cache_settings(spark: SparkSession, input_lines: int) -> dict[str, str]:
+    """The gate session's cache settings for a batch of ``input_lines`` lines: uncompressed when
+    its checked tables fit ``UNCOMPRESSED_HEAP_SHARE`` of the heap so (and the application did not
+    set the compression itself). The tables' rows are the same either way."""
+    if CACHE_COMPRESSED in spark.conf.getAll:
+        return {}
+    share = float(spark.conf.get(UNCOMPRESSED_HEAP_SHARE_CONF, str(UNCOMPRESSED_HEAP_SHARE)))
+    heap = spark.sparkContext._jvm.java.lang.Runtime.getRuntime().maxMemory()
+    if input_lines * UNCOMPRESSED_LINE_BYTES > heap * share:
+        return {}
+    return {CACHE_COMPRESSED: "false"}
 
 
 class MaterialisedTables:

@@ -158,16 +158,38 @@ def keys_accepted_again(delivered: DataFrame, parent_id_cache: DataFrame, batch_
     )
 
 
-def shared_cache_seqs(delivered: DataFrame) -> DataFrame:
-    """``cache, cache_seq, _sharing, _first_id, _last_id`` of every (cache, cache_seq) that more
-    than one delivery of this batch carries (normally none)."""
+def _numbered(delivered: DataFrame) -> DataFrame:
+    return delivered.where(F.col("cache").isNotNull() & F.col("cache_seq").isNotNull())
+
+
+def shared_cache_seq_counts(delivered: DataFrame) -> DataFrame:
+    """``cache, cache_seq, _sharing`` of every (cache, cache_seq) that more than one delivery of
+    this batch carries (normally none)."""
     return (
-        delivered.where(F.col("cache").isNotNull() & F.col("cache_seq").isNotNull())
-        .groupBy("cache", "cache_seq")
-        .agg(F.count(F.lit(1)).alias("_sharing"), F.min("message_id").alias("_first_id"),
-             F.max("message_id").alias("_last_id"))
+        _numbered(delivered).groupBy("cache", "cache_seq").agg(F.count(F.lit(1)).alias("_sharing"))
         .where(F.col("_sharing") > 1)
     )
+
+
+def shared_cache_seqs(delivered: DataFrame, counts: DataFrame | None = None) -> DataFrame:
+    """``shared_cache_seq_counts`` with ``_first_id, _last_id``: the least and the greatest
+    message_id of the deliveries that share the number.
+
+    The ids are aggregated apart, over the deliveries of the shared numbers only: the least of a
+    string cannot be kept in Spark's hash aggregation (its buffers are fixed-width), so taking
+    it in the counting aggregation would sort every delivery for nothing, where normally no
+    number is shared. ``counts``: ``shared_cache_seq_counts(delivered)`` when the caller has
+    computed it already (the gate does, and hands it over as a local table when it is small:
+    then the deliveries are only scanned, and not at all when it is empty).
+    """
+    if counts is None:
+        counts = shared_cache_seq_counts(delivered)
+    ids = (
+        _numbered(delivered).join(counts.select("cache", "cache_seq"), ["cache", "cache_seq"], "left_semi")
+        .groupBy("cache", "cache_seq")
+        .agg(F.min("message_id").alias("_first_id"), F.max("message_id").alias("_last_id"))
+    )
+    return counts.join(ids, ["cache", "cache_seq"])
 
 
 # The columns of an acceptance that ``key_window`` puts beside the next acceptance of its key.
