@@ -63,8 +63,8 @@ def session_for(spark: SparkSession, input_bytes: int) -> SparkSession:
 # Fair scheduling between pools: the gate validates each checked table (GX: a dozen queries of one
 # or two tasks) while it still computes the others (jobs of many tasks), and in Spark's default
 # FIFO order each of GX's queries waited for every task of the jobs submitted before it, so the
-# validations piled up behind the computations and ran one after another at the end (2-2.5 s of a
-# 1M batch's gate, docs/benchmarks.md). The gate's validations run in a pool of their own
+# validations piled up behind the computations and ran one after another at the end (about 2 s
+# of a 1M batch's 16-19 s gate, docs/benchmarks.md). The gate's validations run in a pool of their own
 # (``quality.gate.VALIDATION_POOL``), which now gets a task slot as soon as one is free. Every job
 # without a pool (the dedup's, the gate's computations) shares the default pool, in FIFO order
 # as before.

@@ -42,7 +42,7 @@ SMALL_ROWS = 10_000
 # runs every scheme's statistics over every value of it (for a string column, a dictionary of up to
 # 32,767 distinct values per batch of 10,000 rows). The checked tables' columns are mostly
 # distinct strings (message_ids, keys), which no scheme shrinks much, so at 1M messages caching
-# them compressed took 2-3 s more of a 13 s gate (docs/benchmarks.md). Uncompressed they are some
+# them compressed took about 2 s more of a warm 13 s gate (docs/benchmarks.md). Uncompressed they are some
 # 270 bytes a batch line (1M lines: messages 147 MiB and key_window 109 MiB, against 29 and
 # 77 MiB compressed), so they are cached uncompressed when that fits this share of the driver's
 # heap, which holds the cache in local mode (with a 1g driver: up to about a million lines).
