@@ -475,12 +475,12 @@ def run_gate(
         run_id = RunIdentifier(run_name=batch_id, run_time=now)
         results: dict[str, list[tuple[Any, Any]]] = {}
         with timer.step("validate"):
+            spark.sparkContext.setLocalProperty(SCHEDULER_POOL, VALIDATION_POOL)
             # In the order the tables are cached; the others are computed meanwhile.
             for name, frame in checked.as_cached():
                 checkpoint = checkpoints[checkpoint_name(name, pandas=on_driver)]
                 # Group the Spark jobs by checked table, so the Spark UI shows what the gate does.
                 spark.sparkContext.setJobGroup(f"gx-gate-{name}", f"GX gate of batch {batch_id}: {name}")
-                spark.sparkContext.setLocalProperty(SCHEDULER_POOL, VALIDATION_POOL)
                 result = checkpoint.run(batch_parameters={"dataframe": frame}, run_id=run_id)
                 results[name] = list(result.run_results.items())
     finally:
