@@ -288,8 +288,7 @@ def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str,
     def key_window() -> DataFrame:
         again = get("keys_accepted_again")
         few = small is not None and small.rows.get("keys_accepted_again") is not None  # brought to the driver
-        counts = get("shared_cache_seq_counts")
-        shared = None if counts is None else tables.shared_cache_seqs(batch.delivered, counts)
+        shared = tables.shared_cache_seqs(batch.delivered, get("shared_cache_seq_counts"))
         return tables.key_window(batch.delivered, batch.dropped, batch.parent_id_cache, sizes, batch_id,
                                  again, shared, few_repeats=few)
 

@@ -222,8 +222,9 @@ def key_window(delivered: DataFrame, dropped: DataFrame, parent_id_cache: DataFr
     Only keys accepted more than once (in this batch and the snapshot together) have a
     previous acceptance; they are found by aggregation (``keys_accepted_again``) and only their
     acceptances are put in order, the rest has none. ``again`` and ``shared_numbers``
-    (``shared_cache_seqs``) may be given already computed: the gate computes them once and
-    broadcasts them when they are small, so the deliveries are never shuffled; ``few_repeats``
+    (``shared_cache_seqs``) may be given already computed: the gate computes the keys and the
+    shared numbers' counts once and broadcasts them when they are small, so the deliveries are
+    never shuffled; ``few_repeats``
     says ``again`` is such a small frame, so the Apama repeats are few enough to broadcast too.
     """
     current = _current_acceptances(delivered, batch_id)
