@@ -141,11 +141,34 @@ def test_tables_are_the_same_with_their_exceptions_computed_first(spark):
 
     shared = tables.shared_cache_seqs(batch, local(tables.shared_cache_seq_counts(batch)))
     assert rows(shared) == rows(tables.shared_cache_seqs(batch)) == [("orders.eu", 7, 2, "n3", "n4")]
-    assert rows(tables.key_window(batch, gone, parent, size, "B2",
-                                  local(tables.keys_accepted_again(batch, parent, "B2")), shared)) == rows(
+    again = local(tables.keys_accepted_again(batch, parent, "B2"))
+    assert rows(tables.key_window(batch, gone, parent, size, "B2", again, shared, repeats=again.count())) == rows(
         tables.key_window(batch, gone, parent, size, "B2"))
     assert rows(tables.messages(batch, gone, local(tables.repeated_message_ids(batch, gone)))) == rows(
         tables.messages(batch, gone))
+
+
+def test_key_window_without_repeats_is_its_first_acceptances_alone(spark):
+    """Told that no key was accepted again (``repeats=0``, the gate's normal case), key_window
+    builds no window over the acceptances: the same rows and columns as computed in-plan."""
+    parent = frame(spark, [entry("k2", 2, "m2", "B1"), entry("k4", 4, "m4", "B1")], ID_CACHE_DDL)
+    batch = frame(spark, [
+        delivered("n1", 1, "k1", 5), delivered("n2", 2, "k3", 6), delivered("n3", 3, "k5", 6),
+        delivered("n4", 4, None, None),
+    ], DELIVERED_DDL)
+    size = sizes(spark, **{"orders.eu": 3})
+    again = tables.keys_accepted_again(batch, parent, "B2")
+    assert again.count() == 0
+
+    # the aggregation itself, not an empty relation Spark would prune the window with anyway
+    told = tables.key_window(batch, none_dropped(spark), parent, size, "B2", again, repeats=0)
+    in_plan = tables.key_window(batch, none_dropped(spark), parent, size, "B2")
+
+    assert told.schema == in_plan.schema
+    assert sorted(map(tuple, told.collect()), key=repr) == sorted(map(tuple, in_plan.collect()), key=repr)
+    assert [r.shared_cache_seq for r in told.where("message_id = 'n2'").collect()] == [
+        "orders.eu cache_seq 6 is used by 2 deliveries (message_id n2 to n3); this one: n2, key k3"]
+    assert "Window" not in told._jdf.queryExecution().executedPlan().toString()
 
 
 def test_shared_cache_seqs_are_counted_without_sorting_the_deliveries(spark):

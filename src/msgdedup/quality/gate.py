@@ -287,10 +287,10 @@ def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str,
 
     def key_window() -> DataFrame:
         again = get("keys_accepted_again")
-        few = small is not None and small.rows.get("keys_accepted_again") is not None  # brought to the driver
+        repeats = small.rows.get("keys_accepted_again") if small is not None else None  # None: not counted
         shared = tables.shared_cache_seqs(batch.delivered, get("shared_cache_seq_counts"))
         return tables.key_window(batch.delivered, batch.dropped, batch.parent_id_cache, sizes, batch_id,
-                                 again, shared, few_repeats=few)
+                                 again, shared, repeats=repeats)
 
     return {
         "messages": lambda: tables.messages(batch.delivered, batch.dropped, get("repeated_message_ids")),

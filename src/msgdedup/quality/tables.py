@@ -203,7 +203,7 @@ _PREVIOUS = {
 
 def key_window(delivered: DataFrame, dropped: DataFrame, parent_id_cache: DataFrame, sizes: DataFrame,
                batch_id: str, again: DataFrame | None = None, shared_numbers: DataFrame | None = None,
-               few_repeats: bool = False) -> DataFrame:
+               repeats: int | None = None) -> DataFrame:
     """Each checked delivered message next to the previous acceptance of its key.
 
     The previous acceptance is looked for among this batch's deliveries and the parent's ID
@@ -224,28 +224,34 @@ def key_window(delivered: DataFrame, dropped: DataFrame, parent_id_cache: DataFr
     acceptances are put in order, the rest has none. ``again`` and ``shared_numbers``
     (``shared_cache_seqs``) may be given already computed: the gate computes the keys and the
     shared numbers' counts once and broadcasts them when they are small, so the deliveries are
-    never shuffled; ``few_repeats``
-    says ``again`` is such a small frame, so the Apama repeats are few enough to broadcast too.
+    never shuffled. ``repeats`` is how many keys ``again`` holds when the caller has counted them
+    (it brought them to the driver): few enough to broadcast the Apama repeats too, and when none
+    (the normal case) no delivery has a previous acceptance, so the table is its first
+    acceptances alone. Spark would prune the other branch from an empty ``again`` anyway, but
+    only after analysing and optimising it: a window, the Apama sender gaps and their joins,
+    about a second of the driver's time on the gate's critical path at 1M.
     """
     current = _current_acceptances(delivered, batch_id)
-    acceptances = _acceptances(delivered, parent_id_cache, batch_id)
     if again is None:
         again = keys_accepted_again(delivered, parent_id_cache, batch_id)
     if shared_numbers is None:
         shared_numbers = shared_cache_seqs(delivered)
-    by_key = Window.partitionBy(*_KEY).orderBy(
-        F.col("cache_seq").asc_nulls_first(), F.col("_in_batch"), F.col("message_id")
-    )
-    repeated = _same_key(acceptances, again, _KEY, "left_semi").select(
-        "*", *[F.lag(column).over(by_key).alias(name) for column, (name, _) in _PREVIOUS.items()]
-    ).where(F.col("_in_batch"))
-    repeated = _apama_sender_gaps(repeated, delivered, dropped, parent_id_cache, sizes, few_repeats)
-    first = _same_key(current, again, _KEY, "left_anti").select(
+    first = (current if repeats == 0 else _same_key(current, again, _KEY, "left_anti")).select(
         "*", *[F.lit(None).cast(kind).alias(name) for name, kind in _PREVIOUS.values()],
         F.lit(None).cast("long").alias("_sender_since"), F.lit(None).cast("boolean").alias("_resent"),
     )
+    rows = first
+    if repeats != 0:
+        by_key = Window.partitionBy(*_KEY).orderBy(
+            F.col("cache_seq").asc_nulls_first(), F.col("_in_batch"), F.col("message_id")
+        )
+        repeated = _same_key(_acceptances(delivered, parent_id_cache, batch_id), again, _KEY, "left_semi").select(
+            "*", *[F.lag(column).over(by_key).alias(name) for column, (name, _) in _PREVIOUS.items()]
+        ).where(F.col("_in_batch"))
+        repeated = _apama_sender_gaps(repeated, delivered, dropped, parent_id_cache, sizes, repeats is not None)
+        rows = repeated.unionByName(first)
     placed = (
-        repeated.unionByName(first)
+        rows
         .drop("_in_batch", "accepted_batch_id", "_policy", "source_id", "_queue", "prev_queue")
         .join(sizes.select("cache", "policy", "id_cache_size", "duplicate_window_us", "per_source_window",
                            "expiry_us"), "cache", "left")
@@ -298,7 +304,9 @@ def key_window(delivered: DataFrame, dropped: DataFrame, parent_id_cache: DataFr
             "cache", "cache_seq", "_sharing", "_first_id", "_last_id", "message_id", "dedup_key",
         ),
     )
-    columns = [c for c in placed.columns if c not in ("_sender_since", "_resent", "per_source_window", "expiry_us")]
+    # A delivery's names first, in both branches (the Apama sender gaps' join put them there).
+    columns = ["cache", "message_id", *[c for c in placed.columns if c not in (
+        "cache", "message_id", "_sender_since", "_resent", "per_source_window", "expiry_us")]]
     return (
         placed.join(shared_numbers, ["cache", "cache_seq"], "left")
         .select(*columns, violation.alias("duplicate_within_window"), shared.alias("shared_cache_seq"))
