@@ -37,7 +37,7 @@ import yaml
 
 from msgdedup import reports, sample_data
 from msgdedup.orchestration import settings
-from msgdedup.orchestration.local_airflow import PROJECT_ROOT, ComponentExited, LocalAirflow
+from msgdedup.orchestration.local_airflow import BATCH_SERVICE, PROJECT_ROOT, ComponentExited, LocalAirflow
 from msgdedup.orchestration.partitions import batch_id_for
 from msgdedup.review.screenshots import write_demo_screenshots
 
@@ -355,7 +355,9 @@ def start_airflow(af: LocalAirflow, raw: Path, warehouse: Path) -> str:
     the DAG is parsed and the warehouse pool is there."""
     if not all(af.running().values()):
         log(f"configuring Airflow in {af.home} (SQLite, LocalExecutor, parallelism {af.parallelism})")
-        af.configure()
+        # The batch service first (it configures the home): its JVM and Spark application start
+        # on the other core while the metadata DB is made, some 15 s of one Python process.
+        af.start((BATCH_SERVICE,))
         af.migrate()
         configure_airflow_objects(af, raw, warehouse, demo_config(af.home / "demo"))
         log("starting " + ", ".join(af.components))

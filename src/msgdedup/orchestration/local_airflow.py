@@ -304,7 +304,8 @@ class LocalAirflow:
             time.sleep(0.5)
 
     def start(self, components: tuple[str, ...] | None = None) -> None:
-        """Start the components that are not running (configure + migrate first)."""
+        """Start the components that are not running (configure + migrate first; the batch
+        service alone needs no metadata DB, so it starts without)."""
         components = self.components if components is None else components
         if all(self.pid(c) for c in components):
             return
@@ -312,7 +313,8 @@ class LocalAirflow:
             raise RuntimeError(f"port {self.port} is in use by another program")
         if not getattr(self, "_migrated", False):
             self.configure()
-            self.migrate()
+            if set(components) - {BATCH_SERVICE}:
+                self.migrate()
         for component in components:
             if self.pid(component):
                 continue
