@@ -1,6 +1,6 @@
 """spark-submit entry point of the warm batch service: one Spark application, many batches.
 
-    spark-submit [--master ...] spark_apps/batch_service.py --socket PATH [--no-warm-up]
+    spark-submit [--master ...] spark_apps/batch_service.py --socket PATH
 
 It serves ``process_batch`` requests on the Unix socket PATH until SIGTERM; the DAG's
 ``process_batch`` task sends them when the Airflow Variable ``msgdedup_batch_service`` names PATH.

@@ -306,46 +306,7 @@ class BatchService:
                 done.wait(CANCEL_EVERY_S)
 
 
-def warm_up(spark) -> None:
-    """One sample partition (``sample_data``, the demo's address settings) through both steps, in
-    a scratch warehouse, before the first request is served.
-
-    Why: the first batch of an application compiles what every later one reuses (the JIT of the
-    parse, Spark's generated code, GX's first validations). In the demo that made the first
-    partition take 30 s against 8-10 s for each one after it; the service now pays that while
-    Airflow starts. Only with a local master: the scratch directory is on the driver's disk,
-    which a cluster's executors do not see. A failed warm-up is logged and serving goes on; the
-    first request then pays the compiling, as without it.
-    """
-    import tempfile
-
-    import yaml
-
-    from msgdedup import pipeline, sample_data
-
-    if not spark.sparkContext.master.startswith("local"):
-        log.info("warm-up skipped: master %s is not local", spark.sparkContext.master)
-        return
-    started = time.monotonic()
-    try:
-        with tempfile.TemporaryDirectory(prefix="msgdedup-warm-up-") as scratch:
-            root = Path(scratch)
-            written = sample_data.write_partitions(root / "raw", sample_data.default_start(1), 1)
-            partition = written["partitions"][0]
-            config = root / "address-settings.yaml"
-            config.write_text(yaml.safe_dump(sample_data.DEMO_ADDRESS_SETTINGS, sort_keys=False))
-            request = pipeline.prepare(["--input", partition["path"], "--warehouse", str(root / "warehouse"),
-                                        "--batch-id", partition["batch_id"], "--config", str(config)])
-            with contextlib.redirect_stdout(io.StringIO()):  # its lines are no request's
-                code = pipeline.run_in_session(spark, request)
-    except Exception:  # noqa: BLE001 - an optimisation: serve anyway, and say why in the log
-        log.warning("warm-up failed after %.1f s; serving anyway", time.monotonic() - started, exc_info=True)
-        return
-    log.info("warmed up in %.1f s (a sample partition of %d lines, exit %d)",
-             time.monotonic() - started, partition["lines"], code)
-
-
-def serve(socket_path: str | Path, warm: bool = True) -> int:
+def serve(socket_path: str | Path) -> int:
     """The ``serve`` command: a SparkSession (master from spark-submit) serving requests."""
     from msgdedup import pipeline
     from msgdedup.engine import batch
@@ -383,8 +344,6 @@ def serve(socket_path: str | Path, warm: bool = True) -> int:
     print(f"{PROG}: Spark {spark.version}, master {spark.sparkContext.master}, "
           f"listening on {socket_path}", flush=True)
     try:
-        if warm:  # bound already: a request that comes meanwhile waits in the socket's backlog
-            warm_up(spark)
         service.serve_forever()
     finally:
         if not service.died:  # stopping a SparkContext whose JVM is gone could wait forever
@@ -400,8 +359,6 @@ def main(argv: list[str] | None = None) -> int:
     p_serve = sub.add_parser("serve", help="serve requests (run it with spark-submit: "
                              "spark_apps/batch_service.py --socket PATH)")
     p_serve.add_argument("--socket", required=True, type=Path, help="path of the Unix socket to create")
-    p_serve.add_argument("--no-warm-up", dest="warm_up", action="store_false",
-                         help="serve at once, without running a sample partition first (see warm_up)")
     p_submit = sub.add_parser("submit", help="run one batch in a running service and print its log")
     p_submit.add_argument("--socket", required=True, type=Path)
     p_submit.add_argument("batch_args", nargs=argparse.REMAINDER,
@@ -410,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         logging.basicConfig(level=logging.WARNING, format=f"{PROG} %(asctime)s %(levelname)s %(message)s")
         log.setLevel(logging.INFO)  # one line per request in the service's own log
-        return serve(args.socket, warm=args.warm_up)
+        return serve(args.socket)
     batch_args = args.batch_args[1:] if args.batch_args[:1] == ["--"] else args.batch_args
     try:
         return submit(args.socket, batch_args)
