@@ -14,6 +14,7 @@ import pytest
 
 from msgdedup.orchestration.demo import wait_for_runs
 from msgdedup.orchestration.local_airflow import (
+    BATCH_SERVICE,
     PASSWORDS_FILE,
     PROJECT_ROOT,
     SQLITE_BUSY_TIMEOUT_S,
@@ -110,6 +111,20 @@ def test_a_wait_on_airflow_stops_at_once_when_a_component_exited(tmp_path):
 
     af.pid_file("scheduler").unlink()  # as stop() leaves it
     af.check_running()
+
+
+def test_the_batch_service_starts_before_the_metadata_db_is_made(tmp_path):
+    """``make demo`` starts the batch service first, so that its JVM starts while ``airflow db
+    migrate`` runs: started alone, it needs no metadata DB, and the home gets none yet."""
+    af = LocalAirflow(tmp_path / "home", 18126, batch_service=True, batch_service_master="local[1]")
+    try:
+        af.start((BATCH_SERVICE,))
+        af.wait_batch_service()
+        assert [c for c, pid in af.running().items() if pid] == [BATCH_SERVICE]
+        assert not (af.home / "airflow.db").exists()
+    finally:
+        af.stop()
+    assert not any(af.running().values())
 
 
 def test_a_finished_tasks_executor_slot_is_freed_within_a_second(tmp_path):
