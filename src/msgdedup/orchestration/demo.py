@@ -355,8 +355,9 @@ def start_airflow(af: LocalAirflow, raw: Path, warehouse: Path) -> str:
     the DAG is parsed and the warehouse pool is there."""
     if not all(af.running().values()):
         log(f"configuring Airflow in {af.home} (SQLite, LocalExecutor, parallelism {af.parallelism})")
-        # The batch service first (it configures the home): its JVM and Spark application start
-        # on the other core while the metadata DB is made, some 15 s of one Python process.
+        af.configure()  # even when the batch service still runs from before (a new port, say)
+        # The batch service first: its JVM and Spark application start on the other core while
+        # the metadata DB is made, some 15 s of one Python process.
         af.start((BATCH_SERVICE,))
         af.migrate()
         configure_airflow_objects(af, raw, warehouse, demo_config(af.home / "demo"))
