@@ -23,7 +23,8 @@ from msgdedup.config import APAMA, parse_settings
 from msgdedup.engine import kernel, windows
 from msgdedup.engine.batch import run_batch
 from msgdedup.engine.planning import (
-    BROADCAST_HEAP_SHARE_CONF, DRIVER_DECIDE_LINES_CONF, DRIVER_KERNEL_ROWS_CONF, SMALL_INPUT_BYTES_CONF,
+    BROADCAST_HEAP_SHARE_CONF, DRIVER_DECIDE_LINES_CONF, DRIVER_KERNEL_ROWS_CONF, DRIVER_READ_BYTES_CONF,
+    SMALL_INPUT_BYTES_CONF,
 )
 from msgdedup.engine.filesystem import HadoopFS
 from msgdedup.engine.lease import WarehouseBusy
@@ -191,14 +192,16 @@ def _entry_order(entry: dict) -> tuple:
 def planned(request, spark):
     """Each engine-vs-model test runs a third of its examples decided on the driver, as the small
     batches they are (planning.decides_on_driver), a third decided in Spark planned as small data
-    with the contested units through the kernel on the driver (planning.kernel_on_driver), and a
-    third in Spark planned as large data (adaptive execution, the session's shuffle partitions:
+    with the contested units through the kernel on the driver (planning.kernel_on_driver), both
+    read and parsed on the driver (planning.reads_on_driver), and a third read and parsed by Spark
+    and planned as large data (adaptive execution, the session's shuffle partitions:
     planning.session_for) whose joins are too big for the driver to broadcast
     (planning.broadcast_rows) and whose kernel runs in a Spark task, so every plan is held to the
     model."""
     if request.param != "driver":
         spark.conf.set(DRIVER_DECIDE_LINES_CONF, "-1")
     if request.param == "large":
+        spark.conf.set(DRIVER_READ_BYTES_CONF, "-1")
         spark.conf.set(SMALL_INPUT_BYTES_CONF, "-1")
         spark.conf.set(BROADCAST_HEAP_SHARE_CONF, "0")
         spark.conf.set(DRIVER_KERNEL_ROWS_CONF, "-1")
@@ -206,6 +209,7 @@ def planned(request, spark):
     spark.conf.unset(DRIVER_KERNEL_ROWS_CONF)
     spark.conf.unset(BROADCAST_HEAP_SHARE_CONF)
     spark.conf.unset(SMALL_INPUT_BYTES_CONF)
+    spark.conf.unset(DRIVER_READ_BYTES_CONF)
     spark.conf.unset(DRIVER_DECIDE_LINES_CONF)
 
 

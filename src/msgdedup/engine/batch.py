@@ -31,9 +31,9 @@ from msgdedup.engine import audit, driver_decide, kernel, manifest as manifests,
 from msgdedup.engine.filesystem import HadoopFS
 from msgdedup.engine.planning import (
     BROADCAST_ROW_BYTES, OUTPUT_VERDICT_BYTES, application_settings, broadcast_rows, decides_on_driver,
-    kernel_on_driver, session_for,
+    kernel_on_driver, reads_on_driver, session_for,
 )
-from msgdedup.engine.reading import InputError, list_input_files, read_lines
+from msgdedup.engine.reading import InputError, list_input_files, plain_json_lines, read_lines, read_on_driver
 from msgdedup.engine.lease import WarehouseBusy
 from msgdedup.engine.warehouse import CommitConflict, Transaction, Warehouse, failpoint
 from msgdedup.layout import LEFT_KEYS, BatchIdError, validate_batch_id
@@ -157,22 +157,8 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     ``kept``) instead of written and read back: each is computed once, by the first action that
     needs it, and a Spark job is only run where the driver needs an answer (a count, a tally) or
     an output is written."""
-    # 1. parse every line once: in the JVM where it is certain, else in Python (parsing.py)
-    lines = read_lines(spark, files)
-    if lines is None:
-        parsed = local_frame(spark, [], parsing.PARSED_SPARK_SCHEMA)
-        input_lines, addresses, keyed = 0, set(), set()
-    else:
-        fast = _kept(parsing.fast_parse(lines), kept, StorageLevel.DISK_ONLY)
-        seen = parsing.census(fast).first()
-        input_lines, addresses, keyed = seen["lines"], set(seen["addresses"]), set(map(tuple, seen["keyed"]))
-        slow = None
-        if seen["slow"]:
-            slow = _kept(parsing.slow_parse(fast.filter("slow")), kept, StorageLevel.DISK_ONLY)
-            seen = parsing.census(slow).first()
-            addresses |= set(seen["addresses"])
-            keyed |= set(map(tuple, seen["keyed"]))
-        parsed = parsing.parsed_lines(fast, slow)
+    # 1. parse every line once
+    parsed, input_lines, addresses, keyed = _parse(spark, warehouse.fs, files, kept)
     failpoint("after_parse")
     timer.lap("parse")
 
@@ -251,6 +237,31 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     fingerprint = manifests.snapshot_fingerprint(caches, digests)
     invalidate = _check_history(warehouse, txn, fingerprint, invalidate_later)
     return Staged(counts, caches, fingerprint, invalidate, window_audit)
+
+
+def _parse(spark: SparkSession, fs: HadoopFS, files: list, kept: list[DataFrame]) -> tuple[DataFrame, int, set, set]:
+    """Every line of the batch parsed (parsing.PARSED_COLUMNS), and its census: (parsed, lines,
+    addresses, keyed). In the JVM where a line is certainly valid, else in Python (parsing.py); a
+    small batch of plain JSON lines all in Python, on the driver, without a Spark job
+    (planning.reads_on_driver)."""
+    if plain_json_lines(files) and reads_on_driver(spark, sum(f.size for f in files)):
+        table = parsing.parse_on_driver(read_on_driver(fs, files))
+        # kept: the decide step and every output read it, and a local relation is shipped with each task
+        parsed = _kept(spark.createDataFrame(table, parsing.PARSED_SPARK_SCHEMA), kept)
+        return (parsed, *parsing.census_on_driver(table))
+    lines = read_lines(spark, files)
+    if lines is None:
+        return local_frame(spark, [], parsing.PARSED_SPARK_SCHEMA), 0, set(), set()
+    fast = _kept(parsing.fast_parse(lines), kept, StorageLevel.DISK_ONLY)
+    seen = parsing.census(fast).first()
+    input_lines, addresses, keyed = seen["lines"], set(seen["addresses"]), set(map(tuple, seen["keyed"]))
+    slow = None
+    if seen["slow"]:
+        slow = _kept(parsing.slow_parse(fast.filter("slow")), kept, StorageLevel.DISK_ONLY)
+        seen = parsing.census(slow).first()
+        addresses |= set(seen["addresses"])
+        keyed |= set(map(tuple, seen["keyed"]))
+    return parsing.parsed_lines(fast, slow), input_lines, addresses, keyed
 
 
 @dataclass(frozen=True)

@@ -152,12 +152,21 @@ class HadoopFS:
         fs = self._fs(jpath)
         if missing_ok and not fs.exists(jpath):
             return None
-        stream = fs.open(jpath)
+        return self.read_bytes(path).decode("utf-8")
+
+    def read_bytes(self, path: str) -> bytes:
+        """The whole file's bytes (a small file: it is held in memory). A local file is read by
+        Python itself; bytes through py4j would be copied and encoded on the way."""
+        local = self.local_path(path)
+        if local is not None:
+            with open(local, "rb") as handle:
+                return handle.read()
+        jpath = self._path(path)
+        stream = self._fs(jpath).open(jpath)
         try:
-            data = self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream)
+            return bytes(self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
         finally:
             stream.close()
-        return bytes(data).decode("utf-8")
 
     def _write_hadoop(self, path: str, data: bytes):
         """Write a whole file through Hadoop and hsync it before closing; returns its Hadoop path."""

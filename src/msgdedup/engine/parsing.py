@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -178,6 +179,31 @@ def slow_parse(slow_rows: DataFrame) -> DataFrame:
     """The ``slow`` rows of ``fast_parse``, decided by ``envelope.parse_line``."""
     return slow_rows.select("row_id", "source_file", "line_number", RAW).mapInArrow(
         _parse_batches, PARSED_SPARK_SCHEMA)
+
+
+def parse_on_driver(lines: pa.Table) -> pa.Table:
+    """``reading.read_on_driver``'s lines, every one decided by ``envelope.parse_line`` here:
+    PARSED_SCHEMA, the values the two paths above give (a small batch, planning.reads_on_driver)."""
+    if lines.num_rows == 0:
+        return PARSED_SCHEMA.empty_table()
+    row_ids = pc.add(pc.multiply(lines[FILE_INDEX].cast(pa.int64()), 1 << LINE_BITS), lines[LINE_NUMBER])
+    numbered = pa.table({"row_id": row_ids, "source_file": lines[SOURCE_FILE], "line_number": lines[LINE_NUMBER],
+                         RAW: lines[RAW]})
+    return pa.Table.from_batches(_parse_batches(numbered.to_batches()), PARSED_SCHEMA)
+
+
+def census_on_driver(parsed: pa.Table) -> tuple[int, set[str], set[tuple[str, bool]]]:
+    """``census`` of ``parse_on_driver``'s table: (lines, addresses, keyed)."""
+    keyed = set()
+    rows = zip(parsed["error"].to_pylist(), parsed["address"].to_pylist(), parsed["properties"].to_pylist(),
+               strict=True)
+    for error, address, properties in rows:
+        values = dict(properties or ())
+        bridge, duplicate_id = values.get(BRIDGE_DUPLICATE_ID_PROPERTY), values.get(DUPLICATE_ID_PROPERTY)
+        if error is None and (bridge is not None or duplicate_id is not None):
+            keyed.add((address, bridge is not None))
+    addresses = set(pc.unique(parsed["address"]).drop_null().to_pylist())
+    return parsed.num_rows, addresses, keyed
 
 
 def parsed_lines(fast: DataFrame, slow: DataFrame | None) -> DataFrame:

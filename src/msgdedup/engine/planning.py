@@ -94,6 +94,20 @@ def decides_on_driver(spark: SparkSession, input_lines: int) -> bool:
     return input_lines <= int(spark.conf.get(DRIVER_DECIDE_LINES_CONF, str(DRIVER_DECIDE_LINES)))
 
 
+# A batch of up to this many bytes of uncompressed JSON lines is read and parsed on the driver
+# (reading.read_on_driver, parsing.parse_on_driver: envelope.py, some 15 µs a line), about 90,000
+# messages: what Spark's reading costs a small batch is two jobs and their planning, seconds on a
+# JVM that has not planned them yet, against a fraction of a second here. -1 keeps it in Spark.
+DRIVER_READ_BYTES = 16 << 20
+DRIVER_READ_BYTES_CONF = "spark.msgdedup.driverReadBytes"
+
+
+def reads_on_driver(spark: SparkSession, input_bytes: int) -> bool:
+    """Whether a batch of ``input_bytes`` (plain JSON lines) is read and parsed on the driver: the
+    same lines and values either way (tests/engine/test_parsing.py compares the two), not the same cost."""
+    return input_bytes <= int(spark.conf.get(DRIVER_READ_BYTES_CONF, str(DRIVER_READ_BYTES)))
+
+
 # A batch decided in Spark still sends only its contested units (and the parent entries they meet)
 # through the sequential kernel, a small share of a large batch (about 61,000 rows of a million
 # messages with 3% duplicates). A stream of up to this many rows is collected and decided on the
