@@ -69,17 +69,18 @@ def test_engine_gives_the_worked_example(spark, tmp_path):
 
 
 def test_every_plan_commits_the_same_batch_and_the_session_keeps_its_settings(spark, tmp_path):
-    """planning.py: a small batch is read and decided on the driver; a small input decided in Spark runs
-    without adaptive execution (in a session of its own), its contested units through the kernel
-    on the driver; a large one is read by Spark, with the session's settings and the kernel in a Spark task. All
-    three commit the same batch, down to the snapshot's fingerprint (a re-run may take another
-    plan than the run it repeats), and the caller's session is left as it was."""
+    """planning.py: a small batch is read and decided on the driver; a small input decided in
+    Spark runs without adaptive execution (in a session of its own), its contested units through
+    the kernel on the driver; a large one is read by Spark, with the session's settings and the
+    kernel in a Spark task. All three commit the same batch, down to the snapshot's fingerprint
+    (a re-run may take another plan than the run it repeats), and the caller's session is left
+    as it was."""
     write_batch(tmp_path / "raw", {"part-0.jsonl": EXAMPLE})
     before = {key: spark.conf.get(key) for key in ("spark.sql.adaptive.enabled", "spark.sql.shuffle.partitions")}
     views, fingerprints = {}, set()
     for plan, bounds in (("driver", {}), ("small", {DRIVER_DECIDE_LINES_CONF: "-1"}),
-                         ("large", {DRIVER_DECIDE_LINES_CONF: "-1", DRIVER_READ_BYTES_CONF: "-1", SMALL_INPUT_BYTES_CONF: "-1",
-                                    DRIVER_KERNEL_ROWS_CONF: "-1"})):
+                         ("large", {DRIVER_DECIDE_LINES_CONF: "-1", DRIVER_READ_BYTES_CONF: "-1",
+                                    SMALL_INPUT_BYTES_CONF: "-1", DRIVER_KERNEL_ROWS_CONF: "-1"})):
         for key, value in bounds.items():
             spark.conf.set(key, value)
         try:
