@@ -104,7 +104,7 @@ DRIVER_READ_BYTES_CONF = "spark.msgdedup.driverReadBytes"
 
 def reads_on_driver(spark: SparkSession, input_bytes: int) -> bool:
     """Whether a batch of ``input_bytes`` (plain JSON lines) is read and parsed on the driver: the
-    same lines and values either way (tests/engine/test_parsing.py compares the two), not the same cost."""
+    same lines, values and census either way (tests/engine/test_driver_reading.py), not the same cost."""
     return input_bytes <= int(spark.conf.get(DRIVER_READ_BYTES_CONF, str(DRIVER_READ_BYTES)))
 
 

@@ -207,7 +207,7 @@ def plain_json_lines(files: list[InputFile]) -> bool:
 
 
 def read_on_driver(fs: HadoopFS, files: list[InputFile]) -> pa.Table:
-    """Every line of ``files`` (the sorted listing, ``plain_json_lines``) as ``read_lines`` gives
+    r"""Every line of ``files`` (the sorted listing, ``plain_json_lines``) as ``read_lines`` gives
     them (``RAW``, ``FILE_INDEX``, ``SOURCE_FILE``, ``LINE_NUMBER``; no file of this kind has a
     ``READ_ERROR``), read by the driver: a batch of a few MiB is read and split in a fraction of a
     second, where Spark's reading costs a job for the line numbers and one to parse, each planned
