@@ -240,10 +240,10 @@ def _file_bytes(fs: HadoopFS, file: InputFile) -> bytes:
     """A file's bytes; a failure of the file system is an InputError, as in Spark's reading."""
     try:
         return fs.read_bytes(file.path)
+    except OSError as error:  # a local file, read by Python
+        raise InputError(f"cannot read input file {file.path}: {error}") from None
     except Exception as error:  # noqa: BLE001 - classified by its root cause
-        cause, message = _root_cause(error)
-        if isinstance(error, OSError) or cause in _FILE_SYSTEM_ERRORS:
-            raise InputError(f"cannot read input file {file.path}: {message}") from None
+        _raise_if_file_system_error(file, error)
         raise
 
 
@@ -303,11 +303,17 @@ def _probe(spark: SparkSession, file: InputFile) -> str | None:
             _decoded_files(_parquet_text(spark.read.parquet(literal(file.path))))
         return None
     except Exception as error:  # noqa: BLE001 - classified by its root cause
+        _raise_if_file_system_error(file, error)
         cause, message = _root_cause(error)
-        if cause in _FILE_SYSTEM_ERRORS:
-            raise InputError(f"cannot read input file {file.path}: {message}") from None
         message = message if len(message) <= 300 else message[:300] + "…"
         return f"unreadable file ({cause}: {message}): none of its lines are in this batch"
+
+
+def _raise_if_file_system_error(file: InputFile, error: BaseException) -> None:
+    """InputError if ``error`` is the file system's (a missing or forbidden file), not the content's."""
+    cause, message = _root_cause(error)
+    if cause in _FILE_SYSTEM_ERRORS:
+        raise InputError(f"cannot read input file {file.path}: {message}") from None
 
 
 def _root_cause(error: BaseException) -> tuple[str, str]:
