@@ -303,17 +303,18 @@ def _probe(spark: SparkSession, file: InputFile) -> str | None:
             _decoded_files(_parquet_text(spark.read.parquet(literal(file.path))))
         return None
     except Exception as error:  # noqa: BLE001 - classified by its root cause
-        _raise_if_file_system_error(file, error)
-        cause, message = _root_cause(error)
+        cause, message = _raise_if_file_system_error(file, error)
         message = message if len(message) <= 300 else message[:300] + "…"
         return f"unreadable file ({cause}: {message}): none of its lines are in this batch"
 
 
-def _raise_if_file_system_error(file: InputFile, error: BaseException) -> None:
-    """InputError if ``error`` is the file system's (a missing or forbidden file), not the content's."""
+def _raise_if_file_system_error(file: InputFile, error: BaseException) -> tuple[str, str]:
+    """InputError if ``error`` is the file system's (a missing or forbidden file), not the
+    content's; else its root cause (``_root_cause``)."""
     cause, message = _root_cause(error)
     if cause in _FILE_SYSTEM_ERRORS:
         raise InputError(f"cannot read input file {file.path}: {message}") from None
+    return cause, message
 
 
 def _root_cause(error: BaseException) -> tuple[str, str]:
