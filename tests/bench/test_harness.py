@@ -7,14 +7,16 @@ SparkSession (their ``run()`` functions are exactly what their spark-submit apps
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 from pyspark.sql import functions as F
 
 from msgdedup.bench import harness, report
-from msgdedup.bench.measure import ProcessMemory, distinct_resident, measure, tree_rss
+from msgdedup.bench.measure import ProcessMemory, _pss, distinct_resident, measure, tree_rss
 from msgdedup.bench.peers import copy_peer, naive_peer, streaming_peer
 from msgdedup.bench.workload import Workload, write_batch
 
@@ -105,6 +107,16 @@ def test_pages_a_forked_child_shares_are_counted_once(tmp_path):
     m = measure([sys.executable, "-c", code], log_path=tmp_path / "log.txt", interval=0.05)
     assert m.returncode == 0
     assert 200 << 20 < m.peak_rss_bytes < 300 << 20
+
+
+def test_a_process_that_exits_between_listing_and_reading_counts_nothing():
+    """Its shared pages are already in its siblings' PSS or about to be: counting its RSS counted
+    them twice (the forked-child test above measured 321 MiB once)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    listed = psutil.Process(child.pid)
+    child.wait()
+    assert _pss(listed, rss=200 << 20) == 0
+    assert _pss(psutil.Process(), rss=1) > 1
 
 
 def test_a_child_sharing_its_parents_address_space_is_not_counted_again():
