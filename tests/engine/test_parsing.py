@@ -162,18 +162,23 @@ def test_typical_lines_take_the_fast_path(spark):
 
 
 # The fast path's line test in its plain form: a string is any run of plain characters and
-# escapes. parsing.LINE_PATTERN is the same grammar unrolled and possessive (faster in Java's
-# engine); Python's ``re`` (3.11+) reads both, with ``\Z`` for Java's ``\z``.
+# escapes, and each of the envelope's fields has a value of its type. parsing.LINE_PATTERN is the
+# same grammar unrolled and possessive (faster in Java's engine); Python's ``re`` (3.11+) reads
+# both, with ``\Z`` for Java's ``\z``.
 _PLAIN_STRING = r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt])*"'
-_PLAIN_NAME = r'"(?:[^"\\\x00-\x1f<>]|\\["\\/bfnrt])*"'
-_PLAIN_SCALAR = rf'(?:{_PLAIN_STRING}|-?(?:0|[1-9][0-9]{{0,17}}))'
-_PLAIN_MEMBER = rf'{_PLAIN_NAME}[ \t\r]*:[ \t\r]*{_PLAIN_SCALAR}'
+_PLAIN_INTEGER = r'-?(?:0|[1-9][0-9]{0,17})'
+_PLAIN_SCALAR = rf'(?:{_PLAIN_STRING}|{_PLAIN_INTEGER})'
+_PLAIN_MEMBER = rf'{_PLAIN_STRING}[ \t\r]*:[ \t\r]*{_PLAIN_SCALAR}'
 _PLAIN_OBJECT = rf'\{{[ \t\r]*(?:{_PLAIN_MEMBER}(?:[ \t\r]*,[ \t\r]*{_PLAIN_MEMBER})*)?[ \t\r]*\}}'
-_PLAIN_FIELD = rf'{_PLAIN_STRING}[ \t\r]*:[ \t\r]*(?:{_PLAIN_SCALAR}|{_PLAIN_OBJECT})'
+_PLAIN_FIELD = (rf'(?:"(?:message_id|address|txn_id|source_id|body)"[ \t\r]*:[ \t\r]*{_PLAIN_STRING}'
+                rf'|"received_at"[ \t\r]*:[ \t\r]*{_PLAIN_SCALAR}'
+                rf'|"seq"[ \t\r]*:[ \t\r]*{_PLAIN_INTEGER}'
+                rf'|"properties"[ \t\r]*:[ \t\r]*{_PLAIN_OBJECT})')
 PLAIN_LINE_PATTERN = rf'[ \t\r]*\{{[ \t\r]*{_PLAIN_FIELD}(?:[ \t\r]*,[ \t\r]*{_PLAIN_FIELD})*[ \t\r]*\}}[ \t\r]*'
 
 _LINE_PIECES = ['{', '}', ',', ':', ' ', '\t', '\r', '\n', '"', '\\', '\\"', '\\n', '\\u0041', '\\x', '\x01', '<', '>',
-                'é', '"message_id"', '"a"', '"b\\\\"', '0', '-', '-0', '01', '7', '9' * 18, '9' * 19, '1.5', 'null']
+                'é', '"message_id"', '"a"', '"b\\\\"', '0', '-', '-0', '01', '7', '9' * 18, '9' * 19, '1.5', 'null',
+                '"seq"', '"properties"', '"received_at"', '"body"', '"message_i\\u0064"', '"x"']
 
 
 def test_unrolled_line_pattern_takes_the_lines_of_the_plain_one():

@@ -19,7 +19,7 @@ be the fast path: it coerces types (a number read as a string) and reads ``{"a":
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -29,7 +29,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from msgdedup.envelope import (
     BRIDGE_DUPLICATE_ID_PROPERTY, DUPLICATE_ID_PROPERTY, MAX_EPOCH_MS, MAX_RECEIVED_US, MIN_EPOCH_MS,
-    MIN_RECEIVED_US, InvalidLine, parse_line, printable_raw_line,
+    MIN_RECEIVED_US, OPTIONAL_STRING_FIELDS, InvalidLine, parse_line, printable_raw_line,
 )
 from msgdedup.engine.reading import FILE_INDEX, LINE_NUMBER, RAW, READ_ERROR, SOURCE_FILE
 from msgdedup.keys import BRIDGE_CACHE_PREFIX
@@ -65,23 +65,27 @@ _WS = r"[ \t\r]*+"
 # a JSON string without control characters and without \u escapes (lone surrogates, NUL, ...)
 _CHAR = r'[^"\\\x00-\x1f]'
 _STRING = rf'"{_CHAR}*+(?:\\["\\/bfnrt]{_CHAR}*+)*+"'
-# a property name that schema_of_variant prints without angle brackets
-_NAME_CHAR = r'[^"\\\x00-\x1f<>]'
-_NAME = rf'"{_NAME_CHAR}*+(?:\\["\\/bfnrt]{_NAME_CHAR}*+)*+"'
 _INTEGER = r"-?+(?:0|[1-9][0-9]{0,17}+)"  # always a BIGINT in a variant, and a Python int
 _SCALAR = f"(?:{_STRING}|{_INTEGER})"
-_MEMBER = f"{_NAME}{_WS}:{_WS}{_SCALAR}"
+_MEMBER = f"{_STRING}{_WS}:{_WS}{_SCALAR}"
 _FLAT_OBJECT = rf"\{{{_WS}(?:{_MEMBER}(?:{_WS},{_WS}{_MEMBER})*+)?+{_WS}\}}"
-_FIELD = f"{_STRING}{_WS}:{_WS}(?:{_SCALAR}|{_FLAT_OBJECT})"
+
+
+def _named(names: Iterable[str], value: str) -> str:
+    return rf'"(?:{"|".join(names)})"{_WS}:{_WS}{value}'
+
+
+# Only the envelope's fields, each with a value of its type: the line's shape is then known
+# without asking the parsed VARIANT for it (``schema_of_variant`` of the whole object cost as
+# much as the parse). A name is matched literally: written with an escape it goes the slow way.
+_FIELD = "(?:" + "|".join((
+    _named(("message_id", "address", *OPTIONAL_STRING_FIELDS), _STRING),
+    _named(("received_at",), _SCALAR),  # an ISO string or epoch milliseconds
+    _named(("seq",), _INTEGER),
+    _named(("properties",), _FLAT_OBJECT),
+)) + ")"
 # \z rather than $: in Java, $ also matches before a final line terminator such as \u2028.
 LINE_PATTERN = rf"^{_WS}\{{{_WS}{_FIELD}(?:{_WS},{_WS}{_FIELD})*+{_WS}\}}{_WS}\z"
-# The fields of such a line, as schema_of_variant prints them (keys sorted): only known fields,
-# each of its envelope type.
-SHAPE_PATTERN = (
-    r"^OBJECT<address: STRING, (body: STRING, )?message_id: STRING, "
-    r"(properties: OBJECT<[^<>]*>, )?received_at: (STRING|BIGINT)"
-    r"(, seq: BIGINT)?(, source_id: STRING)?(, txn_id: STRING)?>\z"
-)
 # One timestamp shape both Spark and datetime.fromisoformat read as the same instant.
 TIMESTAMP_PATTERN = (
     r"^[1-9][0-9]{3}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?"
@@ -89,9 +93,9 @@ TIMESTAMP_PATTERN = (
 )
 
 
-# The fields of a line the fast path takes, read from its VARIANT in one pass (a line's shape was
-# checked first, so every value already has its envelope type; received_at is a string or digits).
-_FIELDS = ("struct<message_id string, address string, received_at string, properties map<string,string>, "
+# The fields of a line the fast path takes, read from its VARIANT in one pass (the line's test
+# checked every value's type already; received_at stays a VARIANT: a string or digits).
+_FIELDS = ("struct<message_id string, address string, received_at variant, properties map<string,string>, "
            "txn_id string, source_id string, seq bigint, body string>")
 
 
@@ -101,8 +105,9 @@ def fast_parse(lines: DataFrame) -> DataFrame:
     row of an unreadable file (``READ_ERROR``, reading.py), which is its error."""
     text = F.col(RAW).cast("string")
     f = F.col("_f")
-    received_kind = F.col("_received_kind")  # STRING or BIGINT; "" when the shape is not ours
-    iso, epoch_ms = f["received_at"], f["received_at"].try_cast("bigint")
+    received_kind = F.schema_of_variant(f["received_at"])  # STRING or BIGINT; null when it is missing
+    iso = F.try_variant_get(f["received_at"], "$", "string")
+    epoch_ms = F.try_variant_get(f["received_at"], "$", "bigint")
     iso_instant = iso.try_cast("timestamp")
     received_at = F.when(
         received_kind == "STRING",
@@ -118,9 +123,9 @@ def fast_parse(lines: DataFrame) -> DataFrame:
     # One projection per step, so the JSON is parsed once and the fields are read once.
     checked = (
         lines
-        .withColumn("_v", F.when(F.is_valid_utf8(RAW) & text.rlike(LINE_PATTERN), F.try_parse_json(text)))
-        .withColumn("_received_kind", F.regexp_extract(F.schema_of_variant("_v"), SHAPE_PATTERN, 3))
-        .withColumn("_f", F.when(received_kind != "", F.try_variant_get("_v", "$", _FIELDS)))
+        # try_parse_json also refuses a repeated key, as the envelope does
+        .withColumn("_f", F.when(F.is_valid_utf8(RAW) & text.rlike(LINE_PATTERN),
+                                 F.try_variant_get(F.try_parse_json(text), "$", _FIELDS)))
         .withColumn("_received_at", received_at)
         .withColumn("slow", ~F.coalesce(fast, F.lit(False)) & F.col(READ_ERROR).isNull())
     )
