@@ -299,8 +299,9 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
     Spark task."""
     apama = cache_windows.of_policy(windows, APAMA)
     repeated_ids = _kept(transforms.repeated_message_ids(keys), kept)
+    copied = repeated_ids.count()  # usually none: then no pass joins or looks for copies
     flagged = _kept(transforms.flag_duplicate_message_ids(
-        keys, _broadcast_if_small(repeated_ids, repeated_ids.count()), source_files), kept)
+        keys, _broadcast_if_small(repeated_ids, copied) if copied else None, source_files), kept)
     messages = transforms.messages(flagged)
     batch_keys = _kept(transforms.batch_keys(messages), kept)
     keys_side = batch_keys
@@ -335,7 +336,8 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
             transforms.OUTPUT_SPARK_SCHEMA)
     else:
         decisions = _kept(transforms.decide(stream, windows, batch_id), kept)
-    copies = transforms.copies(flagged)
+    copies = (transforms.copies(flagged) if copied
+              else local_frame(spark, [], from_arrow_schema(driver_decide.COPY_SCHEMA)))
     verdicts = _kept(transforms.verdicts(units, decisions, copies, _starts(spark, windows)), kept)
     tally = _Tally(transforms.verdict_counts(verdicts).collect())
     apama_clocks = {r["cache"]: r["received_at_us"]

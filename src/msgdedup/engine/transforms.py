@@ -65,14 +65,17 @@ def repeated_message_ids(keys: DataFrame) -> DataFrame:
     )
 
 
-def flag_duplicate_message_ids(keys: DataFrame, repeated: DataFrame, source_files: list[str]) -> DataFrame:
+def flag_duplicate_message_ids(keys: DataFrame, repeated: DataFrame | None, source_files: list[str]) -> DataFrame:
     """A message_id names one delivery attempt: later copies of one are quarantined.
 
-    ``keys`` has KEY_COLUMNS, ``repeated`` is ``repeated_message_ids(keys)``; ``source_files`` is
-    the batch's sorted file listing (a row_id's file index points into it). Adds ``copy_error``:
-    null for the first copy in arrival order (and every unique id), the quarantine reason for the
-    others. Split with ``messages`` and ``copies``.
+    ``keys`` has KEY_COLUMNS, ``repeated`` is ``repeated_message_ids(keys)``, or None when that
+    is known to be empty (the usual case: no join then); ``source_files`` is the batch's sorted
+    file listing (a row_id's file index points into it). Adds ``copy_error``: null for the first
+    copy in arrival order (and every unique id), the quarantine reason for the others. Split with
+    ``messages`` and ``copies``.
     """
+    if repeated is None:
+        return keys.withColumn("copy_error", F.lit(None).cast("string"))
     flagged = keys.join(repeated, "message_id", "left")
     is_copy = F.col("first_row").isNotNull() & (F.col("first_row") != F.col("row_id"))
     names = F.create_map(*[x for i, name in enumerate(source_files) for x in (F.lit(i), F.lit(name))]) \
