@@ -4,6 +4,7 @@ instants, senders and queues, counters and cache times)."""
 
 from __future__ import annotations
 
+from msgdedup.config import parse_settings
 from msgdedup.engine.batch import run_batch
 from msgdedup.reference_model import ReferenceModel
 
@@ -14,9 +15,11 @@ from tests.engine.test_policies_model import (
 
 
 def _run_both(spark, tmp_path, batches, settings) -> dict:
-    """Each batch through the engine and the model; the views must be equal. Returns outcomes."""
+    """Each batch through the engine and the model; the views must be equal. Returns outcomes.
+    ``settings``: every batch's, or a list of them, one per batch (a config change between batches)."""
     model, got = ReferenceModel(), {}
-    for index, envelopes in enumerate(batches):
+    per_batch = settings if isinstance(settings, list) else [settings] * len(batches)
+    for index, (envelopes, settings) in enumerate(zip(batches, per_batch, strict=True)):
         batch_id = f"2026-11-21T{index + 5:02d}"
         raw = tmp_path / f"raw{index}"
         lines = write_batch(raw, {"part-0.jsonl": envelopes})
@@ -52,3 +55,20 @@ def test_engine_gives_the_domain_worked_example(spark, tmp_path):
     ]], DOMAINS)
     assert got == {"m1": ("delivered", None), "m2": ("duplicate", "m1"), "m3": ("delivered", None),
                    "m4": ("delivered", None), "m5": ("duplicate", "m4")}
+
+
+def test_an_emptied_cache_whose_address_stops_checking_is_carried_unchanged(spark, tmp_path):
+    """§8.5: a cache no address uses any more is carried unchanged, its window and time too. Here
+    cache ``a`` is emptied by a switch from apama to time, then its address stops checking: it
+    stays a time cache at its time. The engine once gave it the window of the address its
+    entries had named before the switch (count, size 0), forgetting its time (found by the
+    engine-vs-model property test)."""
+    apama, time, off = (parse_settings({"address_settings": s}) for s in (
+        {"#": {"policy": "apama", "per_source_window": 2, "expiry_seconds": 3}},
+        {"#": {"policy": "time", "duplicate_window": 2}},
+        {"#": {"id_cache_size": 1}, "a": {"id_cache_size": 0}}))
+    _run_both(spark, tmp_path, [[message("m1", "a", 1, key="k1")],
+                                [message("m2", "b", 2, key="k2")],
+                                [message("m3", "b", 3, key="k3"), message("m4", "a", 4, key="k1")]],
+              [apama, time, off])
+    assert outcome_view(tmp_path / "wh", "2026-11-21T07")["counters"]["a"] == (1, 1795237201000000)

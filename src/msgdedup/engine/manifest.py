@@ -41,7 +41,9 @@ def cache_counters(windows: Mapping[str, CacheWindow], accepted: Mapping[str, in
     for name, w in windows.items():
         if not (w.inherited or name in accepted):
             continue  # named only by lines that were not checked (a repeated message_id)
-        cache = {"address": w.address, "addresses": list(w.addresses), **record(w.setting), "entries": 0,
+        # an empty cache names no address: the parent's would give it, in a later batch, the window
+        # of an address none of its keys come from any more (an empty cache is carried unchanged)
+        cache = {"address": w.address, "addresses": [], **record(w.setting), "entries": 0,
                  "last_seq": w.last_seq + accepted.get(name, 0)}
         if w.policy != COUNT:
             cache["clock_us"] = clocks.get(name)

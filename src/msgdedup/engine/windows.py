@@ -33,8 +33,6 @@ class CacheWindow:
     """The cache's time (§8.4) before the batch; None for ``count`` (it has none) and new caches."""
     carried: bool = False
     """The parent's entries still count (same policy), after the window's own rules (§8.5)."""
-    addresses: tuple[str, ...] = ()
-    """The addresses among the parent's entries (how a cache unused in the batch finds its window)."""
     inherited: bool = False
     """The parent has it (else only this batch's keyed lines name it)."""
 
@@ -93,13 +91,14 @@ def resolve(settings: AddressSettings, parent: Mapping[str, Mapping], keyed: Ite
     windows = {}
     for name, info in parent.items():
         before = setting_of(info)
-        # manifests before domains existed: a cache is named after its one address
+        # the addresses of its entries (none: it is empty); manifests before domains existed name
+        # a cache after its one address
         addresses = tuple(info["addresses"]) if "addresses" in info else (info["address"],)
         address = used.get(name) or next((a for a in addresses if _maps_to(name, a, settings)), None)
         setting = settings.setting_for(address) if address is not None else before
         carried = setting.policy == before.policy
         clock = info.get("clock_us") if setting.policy != COUNT else None  # count caches record none
-        windows[name] = CacheWindow(name, setting, info["address"], info["last_seq"], clock, carried, addresses, True)
+        windows[name] = CacheWindow(name, setting, info["address"], info["last_seq"], clock, carried, True)
     for name, address in used.items():
         if name not in windows:
             windows[name] = CacheWindow(name, settings.setting_for(address), address)
