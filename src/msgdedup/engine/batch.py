@@ -298,10 +298,14 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
     through the kernel, on the driver when they are few (planning.kernel_on_driver), else in one
     Spark task."""
     apama = cache_windows.of_policy(windows, APAMA)
+    # the key columns, computed once from the parsed rows (kept on disk, wide) by the first pass
+    # and read from here by the next ones
+    keys = _kept(keys, kept)
     repeated_ids = _kept(transforms.repeated_message_ids(keys), kept)
     copied = repeated_ids.count()  # usually none: then no pass joins or looks for copies
-    flagged = _kept(transforms.flag_duplicate_message_ids(
-        keys, _broadcast_if_small(repeated_ids, copied) if copied else None, source_files), kept)
+    flagged = (_kept(transforms.flag_duplicate_message_ids(keys, _broadcast_if_small(repeated_ids, copied),
+                                                           source_files), kept)
+               if copied else transforms.flag_duplicate_message_ids(keys, None, source_files))
     messages = transforms.messages(flagged)
     batch_keys = _kept(transforms.batch_keys(messages), kept)
     keys_side = batch_keys
@@ -330,7 +334,8 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
                                       quiet)
     units = _kept(transforms.rank_in_caches(transforms.assign_units(marked)), kept)
     stream = transforms.decision_stream(units, kernel_entries)
-    if kernel_on_driver(spark, stream.count()):  # the count computes (and keeps) the units
+    stream_rows = stream.count()  # computes (and keeps) the units
+    if kernel_on_driver(spark, stream_rows):
         decisions = spark.createDataFrame(
             kernel.decide_table(transforms.in_unit_order(stream).toArrow().to_batches(), windows, batch_id),
             transforms.OUTPUT_SPARK_SCHEMA)
@@ -338,7 +343,9 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
         decisions = _kept(transforms.decide(stream, windows, batch_id), kept)
     copies = (transforms.copies(flagged) if copied
               else local_frame(spark, [], from_arrow_schema(driver_decide.COPY_SCHEMA)))
-    verdicts = _kept(transforms.verdicts(units, decisions, copies, _starts(spark, windows)), kept)
+    # the kernel's verdicts (at most a row per row of its stream) meet every unit: broadcast
+    verdicts = _kept(transforms.verdicts(units, _broadcast_if_small(decisions, stream_rows), copies,
+                                         _starts(spark, windows)), kept)
     tally = _Tally(transforms.verdict_counts(verdicts).collect())
     apama_clocks = {r["cache"]: r["received_at_us"]
                     for r in transforms.kernel_rows(decisions, kernel.CLOCK).collect()} if apama else {}

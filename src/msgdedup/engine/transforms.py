@@ -263,6 +263,7 @@ def kernel_rows(decisions: DataFrame, kind: str) -> DataFrame:
 
 
 # -- outputs --------------------------------------------------------------------------------------
+_KERNEL_VERDICT = ["outcome", "reason", "duplicate_of", "cache_seq"]
 VERDICT_COLUMNS = ["row_id", "outcome", "reason", "duplicate_of", "cache_seq", "error",
                    "message_id", "address", "cache", "dedup_key", "source_id", "received_at_us", "queue"]
 
@@ -279,24 +280,25 @@ def verdicts(units: DataFrame, decisions: DataFrame, copies: DataFrame, starts: 
     batch, as units are decided in instant order.
     """
     decisions = kernel_rows(decisions, kernel.VERDICT)
-    contested_accepted = decisions.filter(F.col("cache").isNotNull()).select(
-        "cache", "contested_rank", "accepted_after")
-    starts = F.broadcast(starts)
-    identity = ["message_id", "address", "cache", "dedup_key", "source_id", "unit_us"]
-    free = (
-        units.filter(~F.col("contested"))
-        .join(contested_accepted, ["cache", "contested_rank"], "left")
-        .join(starts.select("cache", "last_seq"), "cache", "left")
-        .select("row_id", F.lit(kernel.DELIVERED).alias("outcome"),
-                *[F.lit(None).cast("string").alias(c) for c in ("reason", "duplicate_of")],
-                (F.coalesce("last_seq", F.lit(0)) + F.col("free_rank") + F.coalesce("accepted_after", F.lit(0)))
-                .alias("cache_seq"), *identity,
-                F.when(F.col("quiet"), F.lit(SENDER_QUEUE)).alias("queue"))
+    # One pass over the units: a free message takes the count its contested predecessor
+    # (``contested_rank``) reported, a contested one its own verdict; both sides are small.
+    accepted = decisions.filter(F.col("cache").isNotNull()).select("cache", "contested_rank", "accepted_after")
+    decided = decisions.select("row_id", *[F.col(c).alias(f"_kernel_{c}") for c in _KERNEL_VERDICT])
+    contested = F.col("contested")
+    free_seq = F.coalesce("last_seq", F.lit(0)) + F.col("free_rank") + F.coalesce("accepted_after", F.lit(0))
+    kernel_says = {c: F.col(f"_kernel_{c}") for c in _KERNEL_VERDICT}
+    judged = (
+        units.join(accepted, ["cache", "contested_rank"], "left")
+        .join(decided, "row_id", "left")
+        .join(F.broadcast(starts), "cache", "left")
+        .select("row_id",
+                F.when(contested, kernel_says["outcome"]).otherwise(F.lit(kernel.DELIVERED)).alias("outcome"),
+                *[F.when(contested, kernel_says[c]).alias(c) for c in ("reason", "duplicate_of")],
+                F.when(contested, kernel_says["cache_seq"]).otherwise(free_seq).alias("cache_seq"),
+                "message_id", "address", "cache", "dedup_key", "source_id", "unit_us", "clock_us", "timed",
+                F.when(~contested & F.col("quiet"), F.lit(SENDER_QUEUE)).alias("queue"))
     )
-    decided = units.filter(F.col("contested")).select("row_id", *identity).join(
-        decisions.select("row_id", "outcome", "reason", "duplicate_of", "cache_seq"), "row_id").withColumn(
-        "queue", F.lit(None).cast("string"))
-    timed = (free.unionByName(decided).join(starts.select("cache", "clock_us", "timed"), "cache", "left")
+    timed = (judged
              .withColumn("received_at_us", F.when(F.col("timed") & F.col("cache_seq").isNotNull(),
                                                   F.greatest("unit_us", F.coalesce("clock_us", "unit_us"))))
              .withColumn("error", F.lit(None).cast("string")))
