@@ -46,10 +46,11 @@ import select
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from msgdedup import exit_codes
 
@@ -72,6 +73,28 @@ class ServiceLost(ConnectionError):
     """The service went away while it ran the request: the outcome is unknown (retry the batch)."""
 
 
+# -- the socket's address --------------------------------------------------------------------------
+# A Unix socket's address holds at most 107 bytes on Linux (103 on macOS), and a project checked
+# out deep in a home directory, or a test's temporary directory, puts the service's socket past
+# that: bind() and connect() fail ("AF_UNIX path too long"). The socket stays where it is, since
+# its 0700 directory is what keeps other users out (an abstract socket would have no permissions);
+# a longer path is reached through a symlink to that directory, in a fresh private temporary one.
+UNIX_PATH_MAX = 100
+
+
+@contextlib.contextmanager
+def _address(socket_path: Path) -> Iterator[str]:
+    """An address of ``socket_path`` that bind() and connect() take, while the block runs."""
+    path = str(socket_path)
+    if len(os.fsencode(path)) <= UNIX_PATH_MAX:
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="msgdedup-", dir="/tmp" if os.path.isdir("/tmp") else None) as short:
+        link = os.path.join(short, "d")
+        os.symlink(socket_path.parent.absolute(), link)
+        yield os.path.join(link, socket_path.name)
+
+
 # -- client ----------------------------------------------------------------------------------------
 def submit(socket_path: str | Path, argv: list[str], on_line: Callable[[str], None] = print) -> int:
     """Run one batch in the service at ``socket_path``; each line it prints goes to ``on_line``.
@@ -83,7 +106,8 @@ def submit(socket_path: str | Path, argv: list[str], on_line: Callable[[str], No
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(CONNECT_TIMEOUT_S)
     try:
-        sock.connect(str(socket_path))
+        with _address(Path(socket_path)) as address:
+            sock.connect(address)
     except (FileNotFoundError, ConnectionRefusedError, socket.timeout) as exc:
         sock.close()
         raise ServiceUnavailable(f"no batch service listens on {socket_path} ({exc})") from None
@@ -106,7 +130,8 @@ def available(socket_path: str | Path) -> bool:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(2)
         try:
-            sock.connect(str(socket_path))
+            with _address(Path(socket_path)) as address:
+                sock.connect(address)
         except OSError:
             return False
     return True
@@ -206,7 +231,8 @@ class BatchService:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old_umask = os.umask(0o177)
         try:
-            listener.bind(str(self.socket_path))
+            with _address(self.socket_path) as address:
+                listener.bind(address)
         finally:
             os.umask(old_umask)
         os.chmod(self.socket_path, 0o600)

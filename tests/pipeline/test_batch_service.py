@@ -232,3 +232,21 @@ def test_a_malformed_request_is_refused_with_a_line(tmp_path):
     finally:
         service.stop()
         thread.join(timeout=10)
+
+
+def test_a_socket_past_the_address_limit_is_served(tmp_path):
+    """A Unix socket's address holds about 100 bytes; a checkout deep in a home directory (or
+    pytest's numbered temporary directories) gives a longer path, which bind() refused: the
+    service is reached there all the same, and its directory keeps its permissions."""
+    sock = tmp_path / ("x" * 60) / ("y" * 60) / "run" / "service.sock"
+    assert len(str(sock)) > 108
+    service, thread = _serving(sock, lambda argv: 5)
+    try:
+        assert batch_service.available(sock)
+        assert sock.is_socket() and sock.stat().st_mode & 0o777 == 0o600
+        assert sock.parent.stat().st_mode & 0o777 == 0o700
+        assert run(sock)[0] == 5
+    finally:
+        service.stop()
+        thread.join(timeout=10)
+    assert not sock.exists()
