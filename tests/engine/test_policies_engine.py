@@ -19,12 +19,12 @@ def _run_both(spark, tmp_path, batches, settings) -> dict:
     ``settings``: every batch's, or a list of them, one per batch (a config change between batches)."""
     model, got = ReferenceModel(), {}
     per_batch = settings if isinstance(settings, list) else [settings] * len(batches)
-    for index, (envelopes, settings) in enumerate(zip(batches, per_batch, strict=True)):
+    for index, (envelopes, batch_settings) in enumerate(zip(batches, per_batch, strict=True)):
         batch_id = f"2026-11-21T{index + 5:02d}"
         raw = tmp_path / f"raw{index}"
         lines = write_batch(raw, {"part-0.jsonl": envelopes})
-        expected = model.run_batch(batch_id, lines, settings)
-        run_batch(spark, str(raw), str(tmp_path / "wh"), batch_id, settings)
+        expected = model.run_batch(batch_id, lines, batch_settings)
+        run_batch(spark, str(raw), str(tmp_path / "wh"), batch_id, batch_settings)
         view = outcome_view(tmp_path / "wh", batch_id)
         assert view == model_view(expected), f"batch {batch_id}"
         got.update({row[2]: ("delivered", None) for row in view["delivered"]})
