@@ -246,18 +246,20 @@ def _parse(spark: SparkSession, fs: HadoopFS, files: list, kept: list[DataFrame]
     (planning.reads_on_driver)."""
     if plain_json_lines(files) and reads_on_driver(spark, sum(f.size for f in files)):
         table = parsing.parse_on_driver(read_on_driver(fs, files))
-        # kept: the decide step and every output read it, and a local relation is shipped with each task
-        parsed = _kept(spark.createDataFrame(table, parsing.PARSED_SPARK_SCHEMA), kept)
+        # kept: the decide step and every output read it, and a local relation is shipped with
+        # each task; a few MiB (planning.DRIVER_READ_BYTES), so in memory
+        parsed = _kept(spark.createDataFrame(table, parsing.PARSED_SPARK_SCHEMA), kept,
+                       StorageLevel.MEMORY_AND_DISK_DESER)
         return (parsed, *parsing.census_on_driver(table))
     lines = read_lines(spark, files)
     if lines is None:
         return local_frame(spark, [], parsing.PARSED_SPARK_SCHEMA), 0, set(), set()
-    fast = _kept(parsing.fast_parse(lines), kept, StorageLevel.DISK_ONLY)
+    fast = _kept(parsing.fast_parse(lines), kept)
     seen = parsing.census(fast).first()
     input_lines, addresses, keyed = seen["lines"], set(seen["addresses"]), set(map(tuple, seen["keyed"]))
     slow = None
     if seen["slow"]:
-        slow = _kept(parsing.slow_parse(fast.filter("slow")), kept, StorageLevel.DISK_ONLY)
+        slow = _kept(parsing.slow_parse(fast.filter("slow")), kept)
         seen = parsing.census(slow).first()
         addresses |= set(seen["addresses"])
         keyed |= set(map(tuple, seen["keyed"]))
@@ -301,8 +303,13 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
     # the key columns, computed once from the parsed rows (kept on disk, wide) by the first pass
     # and read from here by the next ones
     keys = _kept(keys, kept)
-    repeated_ids = _kept(transforms.repeated_message_ids(keys), kept)
-    copied = repeated_ids.count()  # usually none: then no pass joins or looks for copies
+    # the ids that may repeat, by their hashes (usually none: then no pass joins or looks for copies)
+    suspects = _kept(transforms.repeated_id_hashes(keys), kept)
+    suspected, copied = suspects.count(), 0
+    if suspected:
+        repeated_ids = _kept(transforms.repeated_message_ids(
+            transforms.with_repeated_hash(keys, _broadcast_if_small(suspects, suspected))), kept)
+        copied = repeated_ids.count()
     flagged = (_kept(transforms.flag_duplicate_message_ids(keys, _broadcast_if_small(repeated_ids, copied),
                                                            source_files), kept)
                if copied else transforms.flag_duplicate_message_ids(keys, None, source_files))
@@ -492,22 +499,26 @@ def _domains(spark: SparkSession, addresses: set[str], settings: AddressSettings
     return local_frame(spark, rows, "address string, domain string, checks boolean")
 
 
-def _kept(frame: DataFrame, kept: list[DataFrame],
-          level: StorageLevel = StorageLevel.MEMORY_AND_DISK_DESER) -> DataFrame:
+def _kept(frame: DataFrame, kept: list[DataFrame], level: StorageLevel = StorageLevel.DISK_ONLY) -> DataFrame:
     """``frame``, computed once by the first job that needs it and kept (listed in ``kept`` for
     ``_release``), so every later use of it (a count, a join, an output) reads it.
 
     A local checkpoint rather than ``persist``: it also cuts the lineage, so each later query
     plans over a leaf instead of the whole chain. Persisted frames nested in one another made
     Spark's planning (matching every subtree against every cached plan) cost seconds per query,
-    more than the work. The wide parsed rows are kept on local disk only: they are read twice
-    (census, outputs) and would crowd the heap of a 1g driver.
+    more than the work.
 
-    The rest are kept as rows (``_DESER``, a DataFrame's own default in Spark), not as PySpark's
-    serialized ``MEMORY_AND_DISK``: a serialized block that spilled to disk is read back into one
-    heap buffer of its whole size, which ran a 5M-message batch out of a 1g driver's heap
-    (``maybeCacheDiskBytesInMemory``); rows read back from disk are cached only as far as memory
-    allows, else streamed."""
+    On local disk, not in the heap, unless the caller says otherwise: a batch decided in Spark
+    keeps a few rows per message (key columns, units, verdicts), and kept as rows in memory
+    (``MEMORY_AND_DISK_DESER``) they filled the storage share of a 1g driver's heap, and
+    execution memory with it: an aggregation has to spill when its task can get no memory, and
+    gets none at all while another task holds it to unroll a block it is caching (a 5M batch
+    failed with ``AGGREGATE_OUT_OF_MEMORY``). On disk, a block is written as it is computed and
+    read back as a stream, and the pages stay in the operating system's cache: a 1M batch
+    decided in 19.2-19.7 s against 22.1-32.1 s in memory, at a lower peak (1,484-1,569 MiB
+    against 1,648-1,654), a 5M batch in 70 s against 99 s (docs/benchmarks.md). Not PySpark's
+    serialized ``MEMORY_AND_DISK`` either: a serialized block that spilled to disk is read back
+    into one heap buffer of its whole size (``maybeCacheDiskBytesInMemory``)."""
     frame = frame.localCheckpoint(eager=False, storageLevel=level)
     kept.append(frame)
     return frame
