@@ -512,13 +512,14 @@ def _kept(frame: DataFrame, kept: list[DataFrame], level: StorageLevel = Storage
     keeps a few rows per message (key columns, units, verdicts), and kept as rows in memory
     (``MEMORY_AND_DISK_DESER``) they filled the storage share of a 1g driver's heap, and
     execution memory with it: an aggregation has to spill when its task can get no memory, and
-    gets none at all while another task holds it to unroll a block it is caching (a 5M batch
-    failed with ``AGGREGATE_OUT_OF_MEMORY``). On disk, a block is written as it is computed and
-    read back as a stream, and the pages stay in the operating system's cache: a 1M batch
-    decided in 19.2-19.7 s against 22.1-32.1 s in memory, at a lower peak (1,484-1,569 MiB
-    against 1,648-1,654), a 5M batch in 70 s against 99 s (docs/benchmarks.md). Not PySpark's
-    serialized ``MEMORY_AND_DISK`` either: a serialized block that spilled to disk is read back
-    into one heap buffer of its whole size (``maybeCacheDiskBytesInMemory``)."""
+    gets none at all while another task holds it to unroll a block it is caching (two runs of
+    three of a 5M batch failed so, ``AGGREGATE_OUT_OF_MEMORY``). On disk, a block is written as
+    it is computed and read back as a stream, and its pages stay in the operating system's
+    cache: a 1M batch's decide step took 18.6-24.0 s against 22.1-32.1 s in memory, at a lower
+    peak (1,484-1,632 MiB against 1,648-1,660), a 5M batch's 69-70 s against 99 s
+    (docs/benchmarks.md). Not PySpark's serialized ``MEMORY_AND_DISK`` either: a serialized
+    block that spilled to disk is read back into one heap buffer of its whole size
+    (``maybeCacheDiskBytesInMemory``)."""
     frame = frame.localCheckpoint(eager=False, storageLevel=level)
     kept.append(frame)
     return frame
