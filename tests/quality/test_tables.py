@@ -180,6 +180,15 @@ def test_shared_cache_seqs_are_counted_without_sorting_the_deliveries(spark):
     assert "HashAggregate" in plan and "SortAggregate" not in plan
 
 
+def test_the_rows_looked_at_for_repeats_are_those_whose_values_repeat_together(spark):
+    """Repeats are looked for by hashes of all the columns together: (c, 5) twice is a repeat,
+    (c, 6) and (d, 5) are not, though each of their values is in another row."""
+    rows = spark.createDataFrame([("c", 5), ("c", 6), ("d", 5), ("c", 5)], "cache string, cache_seq long")
+
+    assert sorted(tuple(r) for r in tables._possibly_repeated(rows, ("cache", "cache_seq")).collect()) == [
+        ("c", 5), ("c", 5)]
+
+
 # §8.2: an Apama cache ``jms`` with per-sender queues of 2 and a shared queue of 10 s.
 APAMA_DELIVERED_DDL = DELIVERED_DDL + ", entered_at_us long"
 APAMA_ID_CACHE_DDL = ID_CACHE_DDL + ", received_at_us long, source_id string, queue string"
