@@ -203,7 +203,8 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
 
     def verdicts_of(outcome: str) -> DataFrame:
         return _broadcast_if_small(transforms.verdicts_for(verdicts, outcome, keys=keys_in_verdicts), tally.of(outcome),
-                                   BROADCAST_ROW_BYTES if keys_in_verdicts else OUTPUT_VERDICT_BYTES)
+                                   BROADCAST_ROW_BYTES if keys_in_verdicts else OUTPUT_VERDICT_BYTES,
+                                   otherwise="shuffle_hash")
 
     entries = _union(transforms.acceptances(verdicts, txn.batch_id), parent.counted)
     staged = {
@@ -535,13 +536,22 @@ def _release(kept: list[DataFrame]) -> None:
     kept.clear()
 
 
-def _broadcast_if_small(frame: DataFrame, rows: int, row_bytes: int = BROADCAST_ROW_BYTES) -> DataFrame:
+def _broadcast_if_small(frame: DataFrame, rows: int, row_bytes: int = BROADCAST_ROW_BYTES,
+                        otherwise: str | None = None) -> DataFrame:
     """``frame`` as the broadcast side of a join if its ``rows`` fit the driver's broadcast budget
     (planning.broadcast_rows). The callers count a kept frame for this even where the batch's
     line count would bound it: without the count, the frame is first computed inside the
     broadcast's job, and in about one run in four Spark then logged "Failed to update accumulator"
-    stack traces when the application stopped (seen after a refused batch's one-line error)."""
-    return F.broadcast(frame) if rows <= broadcast_rows(frame.sparkSession, row_bytes) else frame
+    stack traces when the application stopped (seen after a refused batch's one-line error).
+
+    ``otherwise``: the join hint for a frame too large to broadcast. The outputs' verdicts take
+    ``shuffle_hash``: each task hashes its share of the narrow verdicts and streams the wide rows
+    past them, where Spark's default sort-merge join sorts (and spills) the wide rows too (a 5M
+    batch's delivered output: 32.6-34.8 s of task time against 34.3-40.3, docs/benchmarks.md). A share
+    is small, as adaptive execution sizes the partitions (planning.APPLICATION_DEFAULTS)."""
+    if rows <= broadcast_rows(frame.sparkSession, row_bytes):
+        return F.broadcast(frame)
+    return frame.hint(otherwise) if otherwise else frame
 
 
 def _starts(spark: SparkSession, windows: dict[str, cache_windows.CacheWindow]) -> DataFrame:

@@ -68,7 +68,15 @@ def session_for(spark: SparkSession, input_bytes: int) -> SparkSession:
 # (``quality.gate.VALIDATION_POOL``), which now gets a task slot as soon as one is free. Every job
 # without a pool (the dedup's, the gate's computations) shares the default pool, in FIFO order
 # as before.
-APPLICATION_DEFAULTS = {"spark.sql.codegen.cache.maxEntries": "1000", "spark.scheduler.mode": "FAIR"}
+#
+# Shuffle partitions of at most 16 MiB: adaptive execution merges a shuffle's partitions into ones
+# of at most the advisory size (64 MiB by default), but no fewer than one per core. On two cores, a
+# 5M batch's 54 MiB of message-id hashes and 58 MiB of keys went to two partitions each, whose
+# aggregations spilled (86 and 40 MiB) and took 4.0 and 8.7 s; in four partitions of 16 MiB, 1.3 and
+# 3.3 s without spilling (docs/benchmarks.md). A 1M batch's shuffles (10-40 MiB) keep about one
+# partition per core. Small batches are planned without adaptive execution (``small_plan``).
+APPLICATION_DEFAULTS = {"spark.sql.codegen.cache.maxEntries": "1000", "spark.scheduler.mode": "FAIR",
+                        "spark.sql.adaptive.advisoryPartitionSizeInBytes": "16m"}
 
 
 def application_settings() -> dict[str, str]:
