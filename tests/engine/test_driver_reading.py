@@ -15,8 +15,9 @@ import random
 import pyarrow as pa
 import pytest
 
-from msgdedup.engine import parsing
-from msgdedup.engine.batch import _parse
+from msgdedup.config import parse_settings
+from msgdedup.engine import driver_decide, parsing, transforms
+from msgdedup.engine.batch import _domain_frame, _domains, _parse
 from msgdedup.engine.filesystem import HadoopFS
 from msgdedup.engine.planning import DRIVER_READ_BYTES_CONF
 from msgdedup.engine.reading import InputError, list_input_files, plain_json_lines, read_on_driver
@@ -63,7 +64,7 @@ def _parsed(spark, files, on_driver: bool):
     spark.conf.set(DRIVER_READ_BYTES_CONF, str(16 << 20) if on_driver else "-1")
     kept = []
     try:
-        parsed, lines, addresses, keyed = _parse(spark, HadoopFS(spark), files, kept)
+        parsed, lines, addresses, keyed, _ = _parse(spark, HadoopFS(spark), files, kept)
         return _rows(parsed), lines, addresses, keyed
     finally:
         spark.conf.unset(DRIVER_READ_BYTES_CONF)
@@ -115,3 +116,34 @@ def test_parse_on_driver_keeps_the_parsed_schema(tmp_path):
     table = parsing.parse_on_driver(lines)
     assert table.schema == parsing.PARSED_SCHEMA
     assert table["row_id"].to_pylist() == [(3 << parsing.LINE_BITS) + 9]
+
+
+def test_the_driver_keys_a_batch_as_spark_does(spark, tmp_path):
+    """driver_decide.key_columns, for a batch the driver parsed, against parsing.with_cache_keys
+    in Spark: a producer's id, a bridge's (its own cache, and ahead of the producer's), an address
+    in a domain, one with detection off, a message with no id, and invalid lines left out."""
+    (tmp_path / "raw").mkdir()
+    lines = [*KEYED, LINE,
+             b'{"message_id":"b1","address":"orders","received_at":1,'
+             b'"properties":{"_AMQ_DUPL_ID":"p","_AMQ_BRIDGE_DUP":"q"}}',
+             b'{"message_id":"d1","address":"orders.eu","received_at":1,"properties":{"_AMQ_DUPL_ID":"k"}}',
+             b'{"message_id":"d2","address":"orders.us","received_at":1,"properties":{"_AMQ_BRIDGE_DUP":"k"}}',
+             b'{"message_id":"o1","address":"off","received_at":1,"properties":{"_AMQ_DUPL_ID":"k"}}',
+             b'{"message_id":"e1","address":"orders","received_at":1,"properties":{"_AMQ_DUPL_ID":""}}']
+    (tmp_path / "raw" / "a.jsonl").write_bytes(b"\n".join(lines))
+    settings = parse_settings({"address_settings": {
+        "orders.*": {"domain": "shop", "id_cache_size": 5}, "off": {"id_cache_size": 0}}})
+    table = parsing.parse_on_driver(read_on_driver(HadoopFS(spark), list_input_files(
+        HadoopFS(spark), str(tmp_path / "raw"))))
+    domains = _domains(parsing.census_on_driver(table)[1], settings)
+    on_driver = driver_decide.key_columns(table, domains)
+    in_spark = (parsing.with_cache_keys(transforms.split_valid(spark.createDataFrame(table))[0],
+                                        _domain_frame(spark, domains))
+                .select(*transforms.KEY_COLUMNS).toArrow())
+    assert on_driver.column_names == transforms.KEY_COLUMNS
+    assert on_driver.sort_by("row_id").to_pylist() == in_spark.sort_by("row_id").to_pylist()
+    keys = {row["message_id"]: (row["cache"], row["dedup_key"]) for row in on_driver.to_pylist()}
+    assert keys["k1"] == ("orders", "k") and keys["k2"] == ("BRIDGE.orders", "b")
+    assert keys["b1"] == ("BRIDGE.orders", "q")  # the bridge's id first
+    assert keys["d1"] == ("shop", "k") and keys["d2"] == ("BRIDGE.shop", "k") and keys["e1"] == ("orders", "")
+    assert keys["o1"] == keys["m"] == keys["k4"] == (None, None) and "k3" not in keys  # k3: an invalid line

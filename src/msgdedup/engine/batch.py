@@ -158,7 +158,7 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     needs it, and a Spark job is only run where the driver needs an answer (a count, a tally) or
     an output is written."""
     # 1. parse every line once
-    parsed, input_lines, addresses, keyed = _parse(spark, warehouse.fs, files, kept)
+    parsed, input_lines, addresses, keyed, parsed_on_driver = _parse(spark, warehouse.fs, files, kept)
     failpoint("after_parse")
     timer.lap("parse")
 
@@ -166,15 +166,21 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     windows = cache_windows.resolve(settings, parent_manifest["caches"] if parent_manifest else {}, keyed)
     apama = cache_windows.of_policy(windows, APAMA)
     valid, invalid = transforms.split_valid(parsed)
-    keyed = parsing.with_cache_keys(valid, _domains(spark, addresses, settings))
+    domains = _domains(addresses, settings)
+    if decides_on_driver(spark, input_lines):
+        decide, with_keys = _decide_on_driver, None
+        keys = (driver_decide.key_columns(parsed_on_driver, domains) if parsed_on_driver is not None  # no job
+                else parsing.with_cache_keys(valid, _domain_frame(spark, domains)).select(*transforms.KEY_COLUMNS)
+                .toArrow())
+    else:
+        decide, with_keys = _decide_in_spark, parsing.with_cache_keys(valid, _domain_frame(spark, domains))
+        keys = with_keys.select(*transforms.KEY_COLUMNS)
     snapshot = _parent_snapshot(spark, warehouse, txn.parent, windows)
     parent = _Parent(
         counted=None if snapshot is None else snapshot.filter(~F.col("cache").isin(apama or [""])),
         apama=snapshot.filter(F.col("cache").isin(apama)) if apama and snapshot is not None else None,
         left=_parent_left_keys(spark, warehouse, txn.parent, windows) if settings.audit_horizon else None)
-    decide = _decide_on_driver if decides_on_driver(spark, input_lines) else _decide_in_spark
-    decided = decide(spark, keyed.select(*transforms.KEY_COLUMNS), parent, windows, txn.batch_id,
-                     [f.path for f in files], kept)
+    decided = decide(spark, keys, parent, windows, txn.batch_id, [f.path for f in files], kept)
     tally = decided.tally
     caches = manifests.cache_counters(windows, tally.accepted_per_cache(),
                                       tally.clocks(windows, decided.apama_clocks))
@@ -199,7 +205,7 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     # keys along where the messages' would be a join, and a Spark job, per output.
     verdicts = decided.verdicts
     keys_in_verdicts = decide is _decide_on_driver
-    messages = valid if keys_in_verdicts else keyed
+    messages = valid if keys_in_verdicts else with_keys
 
     def verdicts_of(outcome: str) -> DataFrame:
         return _broadcast_if_small(transforms.verdicts_for(verdicts, outcome, keys=keys_in_verdicts), tally.of(outcome),
@@ -240,21 +246,22 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     return Staged(counts, caches, fingerprint, invalidate, window_audit)
 
 
-def _parse(spark: SparkSession, fs: HadoopFS, files: list, kept: list[DataFrame]) -> tuple[DataFrame, int, set, set]:
+def _parse(spark: SparkSession, fs: HadoopFS, files: list, kept: list[DataFrame]
+           ) -> tuple[DataFrame, int, set, set, pa.Table | None]:
     """Every line of the batch parsed (parsing.PARSED_COLUMNS), and its census: (parsed, lines,
-    addresses, keyed). In the JVM where a line is certainly valid, else in Python (parsing.py); a
-    small batch of plain JSON lines all in Python, on the driver, without a Spark job
-    (planning.reads_on_driver)."""
+    addresses, keyed, and the parsed rows as an Arrow table when the driver parsed them). In the
+    JVM where a line is certainly valid, else in Python (parsing.py); a small batch of plain JSON
+    lines all in Python, on the driver, without a Spark job (planning.reads_on_driver)."""
     if plain_json_lines(files) and reads_on_driver(spark, sum(f.size for f in files)):
         table = parsing.parse_on_driver(read_on_driver(fs, files))
         # kept: the decide step and every output read it, and a local relation is shipped with
         # each task; a few MiB (planning.DRIVER_READ_BYTES), so in memory
         parsed = _kept(spark.createDataFrame(table, parsing.PARSED_SPARK_SCHEMA), kept,
                        StorageLevel.MEMORY_AND_DISK_DESER)
-        return (parsed, *parsing.census_on_driver(table))
+        return parsed, *parsing.census_on_driver(table), table
     lines = read_lines(spark, files)
     if lines is None:
-        return local_frame(spark, [], parsing.PARSED_SPARK_SCHEMA), 0, set(), set()
+        return local_frame(spark, [], parsing.PARSED_SPARK_SCHEMA), 0, set(), set(), None
     fast = _kept(parsing.fast_parse(lines), kept)
     seen = parsing.census(fast).first()
     input_lines, addresses, keyed = seen["lines"], set(seen["addresses"]), set(map(tuple, seen["keyed"]))
@@ -264,7 +271,7 @@ def _parse(spark: SparkSession, fs: HadoopFS, files: list, kept: list[DataFrame]
         seen = parsing.census(slow).first()
         addresses |= set(seen["addresses"])
         keyed |= set(map(tuple, seen["keyed"]))
-    return parsing.parsed_lines(fast, slow), input_lines, addresses, keyed
+    return parsing.parsed_lines(fast, slow), input_lines, addresses, keyed, None
 
 
 @dataclass(frozen=True)
@@ -362,12 +369,11 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
                     apama_clocks, tally)
 
 
-def _decide_on_driver(spark: SparkSession, keys: DataFrame, parent: _Parent, windows: dict, batch_id: str,
+def _decide_on_driver(spark: SparkSession, key_rows: pa.Table, parent: _Parent, windows: dict, batch_id: str,
                       source_files: list[str], kept: list[DataFrame]) -> _Decided:
-    """driver_decide.py's plan for a small batch: its key columns collected (one job), the
-    parent's entries they meet collected (one job), every unit through the kernel here. The
-    results are frames of the driver's Arrow tables (no job to read them)."""
-    key_rows = keys.toArrow()
+    """driver_decide.py's plan for a small batch: its key columns (transforms.KEY_COLUMNS, held
+    by the driver), the parent's entries they meet collected (one job), every unit through the
+    kernel here. The results are frames of the driver's Arrow tables (no job to read them)."""
     batch_keys = spark.createDataFrame(driver_decide.batch_keys(key_rows))
     entries_met = None if parent.counted is None else transforms.entries_met(parent.counted, F.broadcast(batch_keys))
     left_met = None if parent.left is None else transforms.entries_met(parent.left, F.broadcast(batch_keys))
@@ -493,11 +499,14 @@ def _counts(input_lines: int, tally: _Tally, written: dict[str, int]) -> dict:
     }
 
 
-def _domains(spark: SparkSession, addresses: set[str], settings: AddressSettings) -> DataFrame:
-    """The cache (domain) of every address in the batch and whether it checks at all: few rows,
-    matched by config.py once each."""
-    rows = [(a, s.domain_of(a), s.checks) for a, s in ((a, settings.setting_for(a)) for a in sorted(addresses))]
-    return local_frame(spark, rows, "address string, domain string, checks boolean")
+def _domains(addresses: set[str], settings: AddressSettings) -> dict[str, tuple[str, bool]]:
+    """The cache (domain) of every address in the batch and whether it checks at all: few,
+    matched by config.py once each (parsing.with_cache_keys, driver_decide.key_columns)."""
+    return {a: (s.domain_of(a), s.checks) for a, s in ((a, settings.setting_for(a)) for a in sorted(addresses))}
+
+
+def _domain_frame(spark: SparkSession, domains: dict[str, tuple[str, bool]]) -> DataFrame:
+    return local_frame(spark, [(a, *d) for a, d in domains.items()], "address string, domain string, checks boolean")
 
 
 def _kept(frame: DataFrame, kept: list[DataFrame], level: StorageLevel = StorageLevel.DISK_ONLY) -> DataFrame:

@@ -4,7 +4,8 @@ A batch of a few thousand messages spent most of its time in Spark's fixed cost 
 work: the plan of transforms.py (repeated message ids, repeated keys, units, ranks, the kernel's
 stream, the verdicts) is about twenty Spark jobs, each paying its scheduling and planning, to
 order rows one core orders in milliseconds. So when a batch's lines are few
-(``planning.decides_on_driver``), the driver collects its narrow key columns (one job) and the
+(``planning.decides_on_driver``), the driver takes its narrow key columns (``key_columns``, from
+the rows it parsed itself, planning.reads_on_driver; else collected, one job) and collects the
 parent's entries those keys can meet (one job), and decides here, in plain Python, with the very
 kernel the Spark plan uses (``kernel.decide``): every unit goes through it, as if every unit were
 contested, so no acceptance is numbered outside it. The wide rows never leave Spark: the outputs
@@ -26,9 +27,11 @@ import pyarrow.compute as pc
 
 from msgdedup.config import APAMA, COUNT
 from msgdedup.engine import kernel
-from msgdedup.engine.transforms import QUARANTINED, VERDICT_COLUMNS
+from msgdedup.engine.transforms import KEY_COLUMNS, QUARANTINED, VERDICT_COLUMNS
 from msgdedup.engine.parsing import LINE_BITS
 from msgdedup.engine.windows import CacheWindow
+from msgdedup.envelope import BRIDGE_DUPLICATE_ID_PROPERTY, DUPLICATE_ID_PROPERTY
+from msgdedup.keys import bridge_cache_name
 
 # transforms.VERDICT_COLUMNS, typed: the verdicts as the outputs join them.
 VERDICT_SCHEMA = pa.schema([
@@ -38,6 +41,7 @@ VERDICT_SCHEMA = pa.schema([
     ("received_at_us", pa.int64()), ("queue", pa.string()),
 ])
 assert VERDICT_SCHEMA.names == VERDICT_COLUMNS, "the verdicts of both plans have one shape"
+assert KEY_COLUMNS[-2:] == ["cache", "dedup_key"], "key_columns adds the keys to the message's columns"
 UNIT_SCHEMA = pa.schema([("row_id", pa.int64()), ("unit_row", pa.int64())])
 COPY_SCHEMA = pa.schema([("row_id", pa.int64()), ("error", pa.string())])
 KEY_SCHEMA = pa.schema([("cache", pa.string()), ("dedup_key", pa.string())])
@@ -91,6 +95,27 @@ def decide(keys: pa.Table, entries: pa.Table | None, windows: Mapping[str, Cache
         apama_clocks=dict(zip(clocks["cache"], clocks["received_at_us"], strict=True)),
         tally=_tally(verdicts),
     )
+
+
+def key_columns(parsed: pa.Table, domains: Mapping[str, tuple[str, bool]]) -> pa.Table:
+    """parsing.with_cache_keys of the valid rows of ``parsed`` (parsing.PARSED_SCHEMA, as
+    ``parsing.parse_on_driver`` gives it), as transforms.KEY_COLUMNS: a batch the driver parsed
+    is decided here without a Spark job to compute its keys from the rows the driver holds.
+    ``domains``: address -> (its cache's domain, whether it checks at all)."""
+    valid = parsed.filter(pc.is_null(parsed["error"]))
+    caches, keys = [], []
+    for address, properties in zip(valid["address"].to_pylist(), valid["properties"].to_pylist(), strict=True):
+        domain, checks = domains[address]
+        values = dict(properties or ())
+        bridge, duplicate_id = values.get(BRIDGE_DUPLICATE_ID_PROPERTY), values.get(DUPLICATE_ID_PROPERTY)
+        if checks and bridge is not None:
+            caches.append(bridge_cache_name(domain))
+        else:
+            caches.append(domain if checks and duplicate_id is not None else None)
+        keys.append((bridge if bridge is not None else duplicate_id) if checks else None)
+    columns = valid.select(KEY_COLUMNS[:-2])
+    return columns.append_column("cache", pa.array(caches, pa.string())).append_column(
+        "dedup_key", pa.array(keys, pa.string()))
 
 
 def batch_keys(keys: pa.Table) -> pa.Table:
