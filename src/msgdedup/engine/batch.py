@@ -169,9 +169,11 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     domains = _domains(addresses, settings)
     if decides_on_driver(spark, input_lines):
         decide, with_keys = _decide_on_driver, None
-        keys = (driver_decide.key_columns(parsed_on_driver, domains) if parsed_on_driver is not None  # no job
-                else parsing.with_cache_keys(valid, _domain_frame(spark, domains)).select(*transforms.KEY_COLUMNS)
-                .toArrow())
+        if parsed_on_driver is not None:  # keyed from the rows the driver holds, without a Spark job
+            keys = driver_decide.key_columns(parsed_on_driver, domains)
+        else:
+            keys = parsing.with_cache_keys(valid, _domain_frame(spark, domains)).select(*transforms.KEY_COLUMNS)
+            keys = keys.toArrow()
     else:
         decide, with_keys = _decide_in_spark, parsing.with_cache_keys(valid, _domain_frame(spark, domains))
         keys = with_keys.select(*transforms.KEY_COLUMNS)
@@ -254,8 +256,8 @@ def _parse(spark: SparkSession, fs: HadoopFS, files: list, kept: list[DataFrame]
     lines all in Python, on the driver, without a Spark job (planning.reads_on_driver)."""
     if plain_json_lines(files) and reads_on_driver(spark, sum(f.size for f in files)):
         table = parsing.parse_on_driver(read_on_driver(fs, files))
-        # kept: the decide step and every output read it, and a local relation is shipped with
-        # each task; a few MiB (planning.DRIVER_READ_BYTES), so in memory
+        # kept: every output reads it (and the decide step, if it runs in Spark), and a local
+        # relation is shipped with each task; a few MiB (planning.DRIVER_READ_BYTES), so in memory
         parsed = _kept(spark.createDataFrame(table, parsing.PARSED_SPARK_SCHEMA), kept,
                        StorageLevel.MEMORY_AND_DISK_DESER)
         return parsed, *parsing.census_on_driver(table), table
