@@ -108,11 +108,14 @@ def key_columns(parsed: pa.Table, domains: Mapping[str, tuple[str, bool]]) -> pa
         domain, checks = domains[address]
         values = dict(properties or ())
         bridge, duplicate_id = values.get(BRIDGE_DUPLICATE_ID_PROPERTY), values.get(DUPLICATE_ID_PROPERTY)
-        if checks and bridge is not None:
-            caches.append(bridge_cache_name(domain))
+        if not checks:
+            cache, key = None, None
+        elif bridge is not None:  # a bridge's id is checked in a cache of its own, before a producer's
+            cache, key = bridge_cache_name(domain), bridge
         else:
-            caches.append(domain if checks and duplicate_id is not None else None)
-        keys.append((bridge if bridge is not None else duplicate_id) if checks else None)
+            cache, key = (domain if duplicate_id is not None else None), duplicate_id
+        caches.append(cache)
+        keys.append(key)
     columns = valid.select(KEY_COLUMNS[:-2])
     return columns.append_column("cache", pa.array(caches, pa.string())).append_column(
         "dedup_key", pa.array(keys, pa.string()))
