@@ -22,11 +22,6 @@ from tests.engine.test_properties import _parent_caches
 KEY_SCHEMA = pa.schema([("row_id", pa.int64()), ("message_id", pa.string()), ("address", pa.string()),
                         ("received_us", pa.int64()), ("txn_id", pa.string()), ("source_id", pa.string()),
                         ("cache", pa.string()), ("dedup_key", pa.string())])
-ENTRY_SCHEMA = pa.schema([("cache", pa.string()), ("dedup_key", pa.string()), ("cache_seq", pa.int64()),
-                          ("message_id", pa.string()), ("address", pa.string()), ("accepted_batch_id", pa.string()),
-                          ("received_at_us", pa.int64()), ("source_id", pa.string()), ("queue", pa.string())])
-
-
 def _keys(lines: list[RawLine], settings_) -> tuple[pa.Table, list[str]]:
     """The batch's valid lines as the engine collects them (transforms.KEY_COLUMNS), in file order."""
     files = sorted({line.source_file for line in lines})
@@ -49,13 +44,12 @@ def _decide(lines: list[RawLine], settings_, parent: model.BatchResult | None) -
     keyed = {(a, c.startswith("BRIDGE.")) for a, c in zip(keys["address"].to_pylist(), keys["cache"].to_pylist(),
                                                           strict=True) if c is not None}
     caches = windows.resolve(settings_, _parent_caches(parent), keyed)
-    met = {(c, k) for c, k in zip(keys["cache"].to_pylist(), keys["dedup_key"].to_pylist(), strict=True)}
     entries = None
-    if parent is not None:  # as batch.py collects them: the met ones, and every entry of an Apama cache
-        snapshot = [e for e in parent.snapshot_entries() if caches[e["cache"]].carried]
-        entries = pa.Table.from_pylist(
-            [{name: e.get(name) for name in ENTRY_SCHEMA.names} for e in snapshot
-             if caches[e["cache"]].policy == APAMA or (e["cache"], e["dedup_key"]) in met], schema=ENTRY_SCHEMA)
+    if parent is not None:  # as batch.py reads them: the parent's carried entries, then those its keys meet
+        snapshot = pa.Table.from_pylist(
+            [{name: e.get(name) for name in driver_decide.ENTRY_SCHEMA.names} for e in parent.snapshot_entries()
+             if caches[e["cache"]].carried], schema=driver_decide.ENTRY_SCHEMA)
+        entries = driver_decide.entries_met(snapshot, driver_decide.batch_keys(keys), windows.of_policy(caches, APAMA))
     return driver_decide.decide(keys, entries, caches, "b1", files)
 
 

@@ -147,3 +147,25 @@ def test_the_driver_keys_a_batch_as_spark_does(spark, tmp_path):
     assert keys["b1"] == ("BRIDGE.orders", "q")  # the bridge's id first
     assert keys["d1"] == ("shop", "k") and keys["d2"] == ("BRIDGE.shop", "k") and keys["e1"] == ("orders", "")
     assert keys["o1"] == keys["m"] == keys["k4"] == (None, None) and "k3" not in keys  # k3: an invalid line
+
+
+def test_the_driver_reads_a_snapshot_as_spark_does(spark, tmp_path):
+    """HadoopFS.read_parquet, which reads a small parent snapshot for a batch decided on the
+    driver (planning.snapshot_on_driver), against Spark's reading of it with the declared schema:
+    every row of every part file, Spark's markers skipped, and the columns a snapshot written
+    before policies existed lacks read as null."""
+    rows = [("c", f"k{i}", i, f"m{i}", "a", "b0", i * 1000 if i % 2 else None, "S1" if i % 3 else None,
+             "S1" if i % 3 == 1 else None) for i in range(50)]
+    now = spark.createDataFrame(rows, transforms.SNAPSHOT_SCHEMA).repartition(3)
+    older = now.select(*transforms.SNAPSHOT_COLUMNS[:6])
+    fs = HadoopFS(spark)
+    for name, frame in (("now", now), ("older", older)):
+        path = str(tmp_path / name)
+        frame.write.parquet(path)
+        assert len(list((tmp_path / name).glob("part-*.parquet"))) > 1 and (tmp_path / name / "_SUCCESS").exists()
+        on_driver = fs.read_parquet(path, driver_decide.ENTRY_SCHEMA)
+        in_spark = spark.read.schema(transforms.SNAPSHOT_SCHEMA).parquet(path).toArrow()
+        assert on_driver.schema == driver_decide.ENTRY_SCHEMA
+        assert on_driver.sort_by("cache_seq").to_pylist() == in_spark.sort_by("cache_seq").to_pylist()
+        assert on_driver.num_rows == 50
+    assert fs.read_parquet(str(tmp_path / "older"), driver_decide.ENTRY_SCHEMA)["queue"].null_count == 50

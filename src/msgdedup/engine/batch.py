@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Observation, SparkSession
@@ -31,7 +32,7 @@ from msgdedup.engine import audit, driver_decide, kernel, manifest as manifests,
 from msgdedup.engine.filesystem import HadoopFS
 from msgdedup.engine.planning import (
     BROADCAST_ROW_BYTES, OUTPUT_VERDICT_BYTES, application_settings, broadcast_rows, decides_on_driver,
-    kernel_on_driver, reads_on_driver, session_for,
+    kernel_on_driver, reads_on_driver, session_for, snapshot_on_driver,
 )
 from msgdedup.engine.reading import InputError, list_input_files, plain_json_lines, read_lines, read_on_driver
 from msgdedup.engine.lease import WarehouseBusy
@@ -181,7 +182,9 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     parent = _Parent(
         counted=None if snapshot is None else snapshot.filter(~F.col("cache").isin(apama or [""])),
         apama=snapshot.filter(F.col("cache").isin(apama)) if apama and snapshot is not None else None,
-        left=_parent_left_keys(spark, warehouse, txn.parent, windows) if settings.audit_horizon else None)
+        left=_parent_left_keys(spark, warehouse, txn.parent, windows) if settings.audit_horizon else None,
+        on_driver=_parent_snapshot_on_driver(spark, warehouse, txn.parent, parent_manifest, windows)
+        if decide is _decide_on_driver else None)
     decided = decide(spark, keys, parent, windows, txn.batch_id, [f.path for f in files], kept)
     tally = decided.tally
     caches = manifests.cache_counters(windows, tally.accepted_per_cache(),
@@ -286,6 +289,9 @@ class _Parent:
     """The snapshot's entries of Apama caches: all of them go to the kernel."""
     left: DataFrame | None
     """Its record of keys that left their window (the audit, §9)."""
+    on_driver: pa.Table | None = None
+    """The snapshot's entries of every carried cache (driver_decide.ENTRY_SCHEMA) read by the
+    driver, for a batch decided there when they are few (planning.snapshot_on_driver)."""
 
 
 @dataclass(frozen=True)
@@ -374,12 +380,20 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
 def _decide_on_driver(spark: SparkSession, key_rows: pa.Table, parent: _Parent, windows: dict, batch_id: str,
                       source_files: list[str], kept: list[DataFrame]) -> _Decided:
     """driver_decide.py's plan for a small batch: its key columns (transforms.KEY_COLUMNS, held
-    by the driver), the parent's entries they meet collected (one job), every unit through the
-    kernel here. The results are frames of the driver's Arrow tables (no job to read them)."""
-    batch_keys = spark.createDataFrame(driver_decide.batch_keys(key_rows))
-    entries_met = None if parent.counted is None else transforms.entries_met(parent.counted, F.broadcast(batch_keys))
+    by the driver), the parent's entries they meet (from the snapshot the driver read, else
+    collected: one job), every unit through the kernel here. The results are frames of the
+    driver's Arrow tables (no job to read them)."""
+    apama = cache_windows.of_policy(windows, APAMA)
+    key_table = driver_decide.batch_keys(key_rows)
+    batch_keys = spark.createDataFrame(key_table)
     left_met = None if parent.left is None else transforms.entries_met(parent.left, F.broadcast(batch_keys))
-    kernel_entries = None if entries_met is None else _union(entries_met, parent.apama).toArrow()
+    if parent.counted is None:
+        kernel_entries = None
+    elif parent.on_driver is not None:
+        kernel_entries = driver_decide.entries_met(parent.on_driver, key_table, apama)
+    else:
+        entries_met = transforms.entries_met(parent.counted, F.broadcast(batch_keys))
+        kernel_entries = _union(entries_met, parent.apama).toArrow()
     decision = driver_decide.decide(key_rows, kernel_entries, windows, batch_id, source_files)
 
     def frame(table, schema=None) -> DataFrame:
@@ -387,7 +401,7 @@ def _decide_on_driver(spark: SparkSession, key_rows: pa.Table, parent: _Parent, 
 
     met = None
     if kernel_entries is not None:
-        met = frame(kernel_entries).filter(~F.col("cache").isin(cache_windows.of_policy(windows, APAMA) or [""]))
+        met = frame(kernel_entries).filter(~F.col("cache").isin(apama or [""]))
     return _Decided(frame(decision.verdicts), frame(decision.copies), frame(decision.units),
                     frame(decision.repeated_keys), met, left_met,
                     frame(decision.apama_entries).select(*transforms.SNAPSHOT_COLUMNS), decision.apama_clocks,
@@ -406,6 +420,21 @@ def _parent_snapshot(spark: SparkSession, warehouse: Warehouse, parent: str | No
     snapshot = spark.read.schema(transforms.SNAPSHOT_SCHEMA).parquet(warehouse.output_dir("id_cache", parent))
     carried = [name for name, w in windows.items() if w.carried]
     return snapshot.filter(F.col("cache").isin(carried or [""])).select(*transforms.SNAPSHOT_COLUMNS)
+
+
+def _parent_snapshot_on_driver(spark: SparkSession, warehouse: Warehouse, parent: str | None,
+                               parent_manifest: dict | None, windows: dict[str, cache_windows.CacheWindow]
+                               ) -> pa.Table | None:
+    """``_parent_snapshot`` as the driver's Arrow table (driver_decide.ENTRY_SCHEMA), when its
+    manifest counts few enough entries in the carried caches (planning.snapshot_on_driver); else None."""
+    if parent is None:
+        return None
+    carried = [name for name, w in windows.items() if w.carried]
+    counted = [parent_manifest["caches"].get(name, {}).get("entries") for name in carried]
+    if None in counted or not snapshot_on_driver(spark, sum(counted)):  # an entry count missing: not known small
+        return None
+    snapshot = warehouse.fs.read_parquet(warehouse.output_dir("id_cache", parent), driver_decide.ENTRY_SCHEMA)
+    return snapshot.filter(pc.is_in(snapshot["cache"], value_set=pa.array(carried, pa.string())))
 
 
 def _parent_left_keys(spark: SparkSession, warehouse: Warehouse, parent: str | None,

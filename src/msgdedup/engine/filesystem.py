@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
 _GLOB_CHARS = set("*?[{")
@@ -167,6 +169,20 @@ class HadoopFS:
             return bytes(self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
         finally:
             stream.close()
+
+    def read_parquet(self, directory: str, schema: pa.Schema) -> pa.Table:
+        """The rows of a Parquet directory Spark wrote (its part files; hidden files and markers
+        such as ``_SUCCESS`` are not data), read by the driver and held in memory: a small output
+        without a Spark job. With ``schema``'s columns, as Spark reads with a declared schema: a
+        column a file lacks (written by an older version) reads as null."""
+        tables = []
+        for file in self.list(directory):
+            if file.is_dir or file.name.startswith(("_", ".")):
+                continue
+            table = pq.read_table(pa.BufferReader(self.read_bytes(file.path)))
+            tables.append(pa.table([table[field.name].cast(field.type) if field.name in table.column_names
+                                    else pa.nulls(table.num_rows, field.type) for field in schema], schema=schema))
+        return pa.concat_tables(tables) if tables else schema.empty_table()
 
     def _write_hadoop(self, path: str, data: bytes):
         """Write a whole file through Hadoop and hsync it before closing; returns its Hadoop path."""

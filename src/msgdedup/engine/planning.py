@@ -132,6 +132,22 @@ def kernel_on_driver(spark: SparkSession, stream_rows: int) -> bool:
     return stream_rows <= int(spark.conf.get(DRIVER_KERNEL_ROWS_CONF, str(DRIVER_KERNEL_ROWS)))
 
 
+# A batch decided on the driver needs the parent's entries its keys meet (and every entry of an
+# Apama cache). A parent snapshot of up to this many entries (its manifest counts them) is read by
+# the driver itself, a few MiB of Parquet in a fraction of a second, where collecting them from
+# Spark costs two jobs and the planning of the batch's first query (2-5 s in a fresh JVM, about a
+# third of a 20K batch with a parent: docs/benchmarks.md). Above it, Spark reads the snapshot and
+# the driver collects what the keys meet. -1 keeps it in Spark.
+DRIVER_SNAPSHOT_ROWS = 1_000_000
+DRIVER_SNAPSHOT_ROWS_CONF = "spark.msgdedup.driverSnapshotRows"
+
+
+def snapshot_on_driver(spark: SparkSession, entries: int) -> bool:
+    """Whether a parent snapshot of ``entries`` entries is read on the driver for a batch decided
+    there: the same entries meet the kernel either way (the engine-vs-model property tests run both)."""
+    return entries <= int(spark.conf.get(DRIVER_SNAPSHOT_ROWS_CONF, str(DRIVER_SNAPSHOT_ROWS)))
+
+
 # A join's smaller side (the verdicts an output keeps, the batch's keys) is broadcast, so the wide
 # side is not shuffled, when its rows fit a share of the driver's heap: Spark builds the relation
 # there, outside its memory manager, while (local mode) the same heap runs the tasks and keeps
