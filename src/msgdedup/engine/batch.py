@@ -418,8 +418,21 @@ def _parent_snapshot(spark: SparkSession, warehouse: Warehouse, parent: str | No
     # Read with the declared schema: no Spark job to read a footer for it, and the columns an
     # older snapshot lacks read as null.
     snapshot = spark.read.schema(transforms.SNAPSHOT_SCHEMA).parquet(warehouse.output_dir("id_cache", parent))
-    carried = [name for name, w in windows.items() if w.carried]
-    return snapshot.filter(F.col("cache").isin(carried or [""])).select(*transforms.SNAPSHOT_COLUMNS)
+    return _carried(snapshot, windows).select(*transforms.SNAPSHOT_COLUMNS)
+
+
+def _changed(windows: dict[str, cache_windows.CacheWindow]) -> list[str]:
+    """The parent's caches whose policy changed (§8.5: they start empty); usually none. Every
+    cache of the parent's entries is one of its caches, so ``windows`` names it."""
+    return [name for name, w in windows.items() if w.inherited and not w.carried]
+
+
+def _carried(entries: DataFrame, windows: dict[str, cache_windows.CacheWindow]) -> DataFrame:
+    """The parent's ``entries`` of the caches that carry them: all but the ``_changed`` ones,
+    named by those, so the usual batch has no filter. (A filter naming the carried caches cost a
+    py4j call per cache: 0.25 s of a warm 20K batch with 400 caches, docs/benchmarks.md.)"""
+    changed = _changed(windows)
+    return entries.filter(~F.col("cache").isin(changed)) if changed else entries
 
 
 def _parent_snapshot_on_driver(spark: SparkSession, warehouse: Warehouse, parent: str | None,
@@ -429,12 +442,12 @@ def _parent_snapshot_on_driver(spark: SparkSession, warehouse: Warehouse, parent
     manifest counts few enough entries in the carried caches (planning.snapshot_on_driver); else None."""
     if parent is None:
         return None
-    carried = [name for name, w in windows.items() if w.carried]
-    counted = [parent_manifest["caches"].get(name, {}).get("entries") for name in carried]
+    counted = [parent_manifest["caches"].get(name, {}).get("entries") for name, w in windows.items() if w.carried]
     if None in counted or not snapshot_on_driver(spark, sum(counted)):  # an entry count missing: not known small
         return None
     snapshot = warehouse.fs.read_parquet(warehouse.output_dir("id_cache", parent), driver_decide.ENTRY_SCHEMA)
-    return snapshot.filter(pc.is_in(snapshot["cache"], value_set=pa.array(carried, pa.string())))
+    changed = pa.array(_changed(windows), pa.string())
+    return snapshot.filter(pc.invert(pc.is_in(snapshot["cache"], value_set=changed)))
 
 
 def _parent_left_keys(spark: SparkSession, warehouse: Warehouse, parent: str | None,
@@ -449,8 +462,7 @@ def _parent_left_keys(spark: SparkSession, warehouse: Warehouse, parent: str | N
     if not warehouse.fs.exists(path):
         return None
     left = spark.read.schema(audit.ENTRY_SCHEMA).parquet(path)  # as _parent_snapshot
-    carried = [name for name, w in windows.items() if w.carried]
-    return left.filter(F.col("cache").isin(carried or [""])).select(*audit.ENTRY_COLUMNS)
+    return _carried(left, windows).select(*audit.ENTRY_COLUMNS)
 
 
 def _union(first: DataFrame, *others: DataFrame | None) -> DataFrame:
