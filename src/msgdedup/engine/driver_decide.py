@@ -7,10 +7,10 @@ order rows one core orders in milliseconds. So when a batch's lines are few
 (``planning.decides_on_driver``), the driver takes its narrow key columns (``key_columns``, from
 the rows it parsed itself, planning.reads_on_driver; else collected, one job) and the parent's
 entries those keys can meet (``entries_met``, from the parent's snapshot read here when it is
-small, planning.snapshot_on_driver; else collected, one job), and decides here, in plain Python, with the very
-kernel the Spark plan uses (``kernel.decide``): every unit goes through it, as if every unit were
-contested, so no acceptance is numbered outside it. The wide rows never leave Spark: the outputs
-join these verdicts back exactly as they join the Spark plan's.
+small, planning.snapshot_on_driver; else collected, one job), and decides here, in plain Python,
+with the very kernel the Spark plan uses (``kernel.decide``): every unit goes through it, as if
+every unit were contested, so no acceptance is numbered outside it. The wide rows never leave
+Spark: the outputs join these verdicts back exactly as they join the Spark plan's.
 
 The steps mirror transforms.py one for one (a message id's first copy in arrival order, a unit
 at its transaction's last message, the order of spec §4); the engine-vs-model property tests run

@@ -133,11 +133,11 @@ def kernel_on_driver(spark: SparkSession, stream_rows: int) -> bool:
 
 
 # A batch decided on the driver needs the parent's entries its keys meet (and every entry of an
-# Apama cache). A parent snapshot of up to this many entries (its manifest counts them) is read by
-# the driver itself, a few MiB of Parquet in a fraction of a second, where collecting them from
-# Spark costs two jobs and the planning of the batch's first query (2-5 s in a fresh JVM, about a
-# third of a 20K batch with a parent: docs/benchmarks.md). Above it, Spark reads the snapshot and
-# the driver collects what the keys meet. -1 keeps it in Spark.
+# Apama cache). A parent snapshot of up to this many entries (its manifest counts them; some 100
+# bytes each in Arrow) is read by the driver itself, 200,000 entries in 0.1-0.3 s, where collecting
+# them from Spark costs two jobs and a Parquet scan's planning: a warm 20K batch with such a parent
+# took about 0.4 s less (docs/benchmarks.md). Above it, Spark reads the snapshot and the driver
+# collects what the keys meet. -1 keeps it in Spark.
 DRIVER_SNAPSHOT_ROWS = 1_000_000
 DRIVER_SNAPSHOT_ROWS_CONF = "spark.msgdedup.driverSnapshotRows"
 
