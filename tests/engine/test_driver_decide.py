@@ -47,8 +47,8 @@ def _decide(lines: list[RawLine], settings_, parent: model.BatchResult | None) -
     entries = None
     if parent is not None:  # as batch.py reads them: the parent's carried entries, then those its keys meet
         snapshot = pa.Table.from_pylist(
-            [{name: e.get(name) for name in driver_decide.ENTRY_SCHEMA.names} for e in parent.snapshot_entries()
-             if caches[e["cache"]].carried], schema=driver_decide.ENTRY_SCHEMA)
+            [{name: e.get(name) for name in transforms.SNAPSHOT_ARROW_SCHEMA.names} for e in parent.snapshot_entries()
+             if caches[e["cache"]].carried], schema=transforms.SNAPSHOT_ARROW_SCHEMA)
         entries = driver_decide.entries_met(snapshot, driver_decide.batch_keys(keys), windows.of_policy(caches, APAMA))
     return driver_decide.decide(keys, entries, caches, "b1", files)
 

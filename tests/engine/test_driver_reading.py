@@ -163,9 +163,9 @@ def test_the_driver_reads_a_snapshot_as_spark_does(spark, tmp_path):
         path = str(tmp_path / name)
         frame.write.parquet(path)
         assert len(list((tmp_path / name).glob("part-*.parquet"))) > 1 and (tmp_path / name / "_SUCCESS").exists()
-        on_driver = fs.read_parquet(path, driver_decide.ENTRY_SCHEMA)
+        on_driver = fs.read_parquet(path, transforms.SNAPSHOT_ARROW_SCHEMA)
         in_spark = spark.read.schema(transforms.SNAPSHOT_SCHEMA).parquet(path).toArrow()
-        assert on_driver.schema == driver_decide.ENTRY_SCHEMA
+        assert on_driver.schema == transforms.SNAPSHOT_ARROW_SCHEMA
         assert on_driver.sort_by("cache_seq").to_pylist() == in_spark.sort_by("cache_seq").to_pylist()
         assert on_driver.num_rows == 50
-    assert fs.read_parquet(str(tmp_path / "older"), driver_decide.ENTRY_SCHEMA)["queue"].null_count == 50
+    assert fs.read_parquet(str(tmp_path / "older"), transforms.SNAPSHOT_ARROW_SCHEMA)["queue"].null_count == 50

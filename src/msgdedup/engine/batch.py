@@ -290,7 +290,7 @@ class _Parent:
     left: DataFrame | None
     """Its record of keys that left their window (the audit, §9)."""
     on_driver: pa.Table | None = None
-    """The snapshot's entries of every carried cache (driver_decide.ENTRY_SCHEMA) read by the
+    """The snapshot's entries of every carried cache (transforms.SNAPSHOT_ARROW_SCHEMA) read by the
     driver, for a batch decided there when they are few (planning.snapshot_on_driver)."""
 
 
@@ -438,14 +438,14 @@ def _carried(entries: DataFrame, windows: dict[str, cache_windows.CacheWindow]) 
 def _parent_snapshot_on_driver(spark: SparkSession, warehouse: Warehouse, parent: str | None,
                                parent_manifest: dict | None, windows: dict[str, cache_windows.CacheWindow]
                                ) -> pa.Table | None:
-    """``_parent_snapshot`` as the driver's Arrow table (driver_decide.ENTRY_SCHEMA), when its
+    """``_parent_snapshot`` as the driver's Arrow table (transforms.SNAPSHOT_ARROW_SCHEMA), when its
     manifest counts few enough entries in the carried caches (planning.snapshot_on_driver); else None."""
     if parent is None:
         return None
     counted = [parent_manifest["caches"].get(name, {}).get("entries") for name, w in windows.items() if w.carried]
     if None in counted or not snapshot_on_driver(spark, sum(counted)):  # an entry count missing: not known small
         return None
-    snapshot = warehouse.fs.read_parquet(warehouse.output_dir("id_cache", parent), driver_decide.ENTRY_SCHEMA)
+    snapshot = warehouse.fs.read_parquet(warehouse.output_dir("id_cache", parent), transforms.SNAPSHOT_ARROW_SCHEMA)
     changed = pa.array(_changed(windows), pa.string())
     return snapshot.filter(pc.invert(pc.is_in(snapshot["cache"], value_set=changed)))
 

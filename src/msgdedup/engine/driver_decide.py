@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 
 from msgdedup.config import APAMA, COUNT
 from msgdedup.engine import kernel
-from msgdedup.engine.transforms import KEY_COLUMNS, QUARANTINED, SNAPSHOT_COLUMNS, VERDICT_COLUMNS
+from msgdedup.engine.transforms import KEY_COLUMNS, QUARANTINED, SNAPSHOT_ARROW_SCHEMA, VERDICT_COLUMNS
 from msgdedup.engine.parsing import LINE_BITS
 from msgdedup.engine.windows import CacheWindow
 from msgdedup.envelope import BRIDGE_DUPLICATE_ID_PROPERTY, DUPLICATE_ID_PROPERTY
@@ -46,13 +46,6 @@ assert KEY_COLUMNS[-2:] == ["cache", "dedup_key"], "key_columns adds the keys to
 UNIT_SCHEMA = pa.schema([("row_id", pa.int64()), ("unit_row", pa.int64())])
 COPY_SCHEMA = pa.schema([("row_id", pa.int64()), ("error", pa.string())])
 KEY_SCHEMA = pa.schema([("cache", pa.string()), ("dedup_key", pa.string())])
-# transforms.SNAPSHOT_COLUMNS, typed: a cache entry, as a snapshot holds it.
-ENTRY_SCHEMA = pa.schema([
-    ("cache", pa.string()), ("dedup_key", pa.string()), ("cache_seq", pa.int64()), ("message_id", pa.string()),
-    ("address", pa.string()), ("accepted_batch_id", pa.string()), ("received_at_us", pa.int64()),
-    ("source_id", pa.string()), ("queue", pa.string()),
-])
-assert ENTRY_SCHEMA.names == SNAPSHOT_COLUMNS, "a snapshot read by the driver has the columns Spark reads"
 # What kernel.Decider reads of its stream (transforms.decision_stream's columns).
 _STREAM_SCHEMA = pa.schema([
     ("phase", pa.int64()), ("unit_us", pa.int64()), ("unit_row", pa.int64()), ("received_us", pa.int64()),
@@ -136,12 +129,13 @@ def batch_keys(keys: pa.Table) -> pa.Table:
 
 
 def entries_met(snapshot: pa.Table, keys: pa.Table, apama: list[str]) -> pa.Table:
-    """The parent's entries the kernel needs, from its snapshot read by the driver (ENTRY_SCHEMA,
-    its carried caches): transforms.entries_met of the count and time caches' entries with the
-    batch's keys (``batch_keys``), and every entry of an Apama cache (``apama``: their names)."""
+    """The parent's entries the kernel needs, from its snapshot read by the driver
+    (transforms.SNAPSHOT_ARROW_SCHEMA, its carried caches): transforms.entries_met of the count
+    and time caches' entries with the batch's keys (``batch_keys``), and every entry of an Apama
+    cache (``apama``: their names)."""
     queued = pc.is_in(snapshot["cache"], value_set=pa.array(apama, pa.string()))
     met = snapshot.filter(pc.invert(queued)).join(keys, ["cache", "dedup_key"], join_type="left semi")
-    return pa.concat_tables([met.select(ENTRY_SCHEMA.names), snapshot.filter(queued)])
+    return pa.concat_tables([met.select(SNAPSHOT_ARROW_SCHEMA.names), snapshot.filter(queued)])
 
 
 def _first_copies(rows: list[tuple], source_files: list[str]) -> tuple[list[tuple], list[tuple[int, str]]]:

@@ -19,6 +19,7 @@ file's path, so ordering by row_id is ordering by (file path, line number): the 
 
 from __future__ import annotations
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
@@ -39,10 +40,14 @@ MESSAGE_COLUMNS = [
 KEY_COLUMNS = ["row_id", "message_id", "address", "received_us", "txn_id", "source_id", "cache", "dedup_key"]
 # An ID-cache snapshot row (§5, §8.5): time and Apama caches add the instant a key entered with,
 # Apama caches its sender and queue (null elsewhere).
-SNAPSHOT_COLUMNS = ["cache", "dedup_key", "cache_seq", "message_id", "address", "accepted_batch_id",
-                    "received_at_us", "source_id", "queue"]
-SNAPSHOT_SCHEMA = ("cache string, dedup_key string, cache_seq long, message_id string, address string, "
-                   "accepted_batch_id string, received_at_us long, source_id string, queue string")
+# Declared once, in Arrow: the driver reads small snapshots with pyarrow (driver_decide.entries_met).
+SNAPSHOT_ARROW_SCHEMA = pa.schema([
+    ("cache", pa.string()), ("dedup_key", pa.string()), ("cache_seq", pa.int64()), ("message_id", pa.string()),
+    ("address", pa.string()), ("accepted_batch_id", pa.string()), ("received_at_us", pa.int64()),
+    ("source_id", pa.string()), ("queue", pa.string()),
+])
+SNAPSHOT_COLUMNS = SNAPSHOT_ARROW_SCHEMA.names
+SNAPSHOT_SCHEMA = from_arrow_schema(SNAPSHOT_ARROW_SCHEMA)
 QUARANTINED = "quarantined"
 
 OUTPUT_SPARK_SCHEMA = from_arrow_schema(kernel.OUTPUT_SCHEMA)
