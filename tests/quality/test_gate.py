@@ -313,25 +313,30 @@ def _persisted_rdd_ids(spark) -> set[int]:
     return {int(rdd_id) for rdd_id in spark.sparkContext._jsc.getPersistentRDDs().keySet().toArray()}
 
 
-def test_gating_batch_after_batch_in_one_session_leaves_nothing_behind(spark, warehouse):
+def test_gating_batch_after_batch_in_one_session_leaves_nothing_behind(spark, engine, warehouse):
     """A long-lived driver gates many batches in one SparkSession: each gate must release what it
-    cached (checked tables, small frames), register no temp view, leave no job group set, and
-    the second gate reuses the GX project the first opened."""
+    cached (checked tables, small frames), register no temp view, leave no job group or scheduler
+    pool set, and the second gate reuses the GX projects the first opened (on Spark frames, one
+    per table validated at once)."""
     from msgdedup.quality import gate as gate_module
+
+    def projects() -> dict:
+        return {key: p for key, p in gate_module._PROJECTS.items() if key[-1] == str(warehouse / "quality")}
 
     persisted, views = _persisted_rdd_ids(spark), {t.name for t in spark.catalog.listTables()}
     first = run_gate(spark, str(warehouse), "B1")
-    (project,) = [p for key, p in gate_module._PROJECTS.items() if key[-1] == str(warehouse / "quality")]
+    opened = projects()
     second = run_gate(spark, str(warehouse), "B2")
 
     assert first.success and second.success
     assert _persisted_rdd_ids(spark) <= persisted, "a gate left cached frames behind"
     assert {t.name for t in spark.catalog.listTables()} == views
-    assert spark.sparkContext.getLocalProperty("spark.jobGroup.id") is None
-    assert spark.sparkContext.getLocalProperty("spark.job.description") is None
-    (reused,) = [p for key, p in gate_module._PROJECTS.items() if key[-1] == str(warehouse / "quality")]
-    assert reused is project
-    # Both batches' results were stored and rendered through the one context.
+    for key in ("spark.jobGroup.id", "spark.job.description", gate_module.SCHEDULER_POOL):
+        assert spark.sparkContext.getLocalProperty(key) is None
+    assert len(opened) == (1 if engine == "pandas" else gate_module.SPARK_VALIDATORS)
+    reused = projects()
+    assert reused.keys() == opened.keys() and all(reused[key] is opened[key] for key in opened)
+    # Both batches' results were stored, and rendered through one context.
     for batch_id in ("B1", "B2"):
         assert (warehouse / "quality" / batch_id / "result.json").is_file()
     assert all(Path(e.data_docs_page).is_file() for e in second.expectations if e.suite != "lineage")

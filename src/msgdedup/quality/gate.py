@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import shutil
 import sys
 import tempfile
@@ -380,7 +381,7 @@ class _OpenProject:
 # same warehouse opens its own) and put back after; the few most recent are kept.
 _PROJECTS: dict[tuple, _OpenProject] = {}
 _PROJECTS_LOCK = threading.Lock()
-_PROJECTS_KEPT = 4
+_PROJECTS_KEPT = 12  # four gates of SPARK_VALIDATORS contexts each
 
 
 def _project_state(project_dir: Path) -> tuple:
@@ -391,16 +392,19 @@ def _project_state(project_dir: Path) -> tuple:
     return tuple((f.name, f.stat().st_mtime_ns, f.stat().st_size) for f in files if f.is_file())
 
 
-def _take_project(spark: SparkSession, project_dir: Path, gx_dir: str, reusable: bool) -> _OpenProject:
+def _take_project(spark: SparkSession, project_dir: Path, gx_dir: str, reusable: bool, slot: int = 0) -> _OpenProject:
     """The GX project for ``gx_dir``: one an earlier gate of this application left, or a new one.
+    ``slot`` tells apart the contexts of one gate that validate at once (``_validators``).
 
     Not reused for a scratch directory (a warehouse on another file system: the directory is
     new each time) nor across Spark applications (GX's Spark engine holds the session it found).
+    Opened in the calling thread only: a checkpoint loaded from its store binds its validation
+    definition to GX's current context, which opening another context changes.
     """
     project_dir = Path(project_dir).resolve()
     key = None
     if reusable and (project_dir / "great_expectations.yml").is_file():
-        key = (spark.sparkContext.applicationId, str(project_dir), _project_state(project_dir), gx_dir)
+        key = (spark.sparkContext.applicationId, str(project_dir), _project_state(project_dir), slot, gx_dir)
         with _PROJECTS_LOCK:
             project = _PROJECTS.pop(key, None)
         if project is not None:
@@ -419,6 +423,48 @@ def _give_back(project: _OpenProject) -> None:
         _PROJECTS[project.key] = project
         while len(_PROJECTS) > _PROJECTS_KEPT:
             _PROJECTS.pop(next(iter(_PROJECTS)))
+
+
+# How many checked tables GX validates at once when it validates Spark tables. Each validation is a
+# dozen queries of a cached table with a few milliseconds of task time each, whose cost is the
+# driver's planning and scheduling, one query after another: validated one table at a time, the
+# last tables' validations were about 4 s of a 1M batch's 15 s gate with the cores nearly idle
+# (docs/benchmarks.md). GX's Spark data source holds the batch it validates in its execution
+# engine, so each validation at once needs a context (and data source) of its own. A small
+# batch's tables are validated by GX's pandas engine, pure Python under one lock: one context.
+SPARK_VALIDATORS = 3
+
+
+def _validators(on_driver: bool) -> int:
+    return 1 if on_driver else SPARK_VALIDATORS
+
+
+def _validate(spark: SparkSession, projects: list[_OpenProject], checked: MaterialisedTables, on_driver: bool,
+              batch_id: str, run_id: Any) -> dict[str, list[tuple[Any, Any]]]:
+    """Each checked table's checkpoint run on it as soon as it is cached, on as many tables at once as
+    there are ``projects`` (each validation takes one and gives it back); ``{table: run results}``."""
+    free: queue.SimpleQueue = queue.SimpleQueue()
+    for project in projects:
+        free.put(project)
+    context = spark.sparkContext
+
+    def validate(name: str, frame: Any) -> list[tuple[Any, Any]]:
+        project = free.get()
+        try:
+            # Local properties are per thread: GX's queries go to their own pool, grouped by table
+            # so that the Spark UI shows what the gate does.
+            context.setLocalProperty(SCHEDULER_POOL, VALIDATION_POOL)
+            context.setJobGroup(f"gx-gate-{name}", f"GX gate of batch {batch_id}: {name}")
+            checkpoint = project.checkpoints[checkpoint_name(name, pandas=on_driver)]
+            return list(checkpoint.run(batch_parameters={"dataframe": frame}, run_id=run_id).run_results.items())
+        finally:
+            for key in ("spark.jobGroup.id", "spark.job.description", SCHEDULER_POOL):
+                context.setLocalProperty(key, None)
+            free.put(project)
+
+    with ThreadPoolExecutor(max_workers=len(projects), thread_name_prefix="gx-gate-validate") as pool:
+        futures = {name: pool.submit(validate, name, frame) for name, frame in checked.as_cached()}
+        return {name: future.result() for name, future in futures.items()}
 
 
 def run_gate(
@@ -468,24 +514,14 @@ def run_gate(
             from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
         with timer.step("open_context"):
             # Also while the tables are computed: loading the checkpoints (and their suites).
-            project = _take_project(spark, settings.project_dir or default_project_dir(), gx_dir,
-                                    reusable=scratch is None)
-            context, checkpoints = project.context, project.checkpoints
+            projects = [_take_project(spark, settings.project_dir or default_project_dir(), gx_dir,
+                                      reusable=scratch is None, slot=slot) for slot in range(_validators(on_driver))]
+            context = projects[0].context
         run_id = RunIdentifier(run_name=batch_id, run_time=now)
-        results: dict[str, list[tuple[Any, Any]]] = {}
         with timer.step("validate"):
-            spark.sparkContext.setLocalProperty(SCHEDULER_POOL, VALIDATION_POOL)
-            # In the order the tables are cached; the others are computed meanwhile.
-            for name, frame in checked.as_cached():
-                checkpoint = checkpoints[checkpoint_name(name, pandas=on_driver)]
-                # Group the Spark jobs by checked table, so the Spark UI shows what the gate does.
-                spark.sparkContext.setJobGroup(f"gx-gate-{name}", f"GX gate of batch {batch_id}: {name}")
-                result = checkpoint.run(batch_parameters={"dataframe": frame}, run_id=run_id)
-                results[name] = list(result.run_results.items())
+            # As the tables are cached; the others are computed meanwhile.
+            results = _validate(spark, projects, checked, on_driver, batch_id, run_id)
     finally:
-        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
-        spark.sparkContext.setLocalProperty("spark.job.description", None)
-        spark.sparkContext.setLocalProperty(SCHEDULER_POOL, None)
         # Cancel what still runs before waiting for any of it (a table may wait for a small frame).
         for running in (small, checked):
             if running is not None:
@@ -516,7 +552,8 @@ def run_gate(
             HadoopFS(spark).copy_from_local(layout.data_docs_dir(scratch), layout.data_docs_dir(quality_dir))
             shutil.rmtree(scratch, ignore_errors=True)
 
-    _give_back(project)
+    for project in projects:
+        _give_back(project)
     gate = GateResult(
         batch_id=batch_id,
         run_id=batch.manifest.get("run_id"),
