@@ -86,6 +86,21 @@ def test_accounting_and_id_cache_occupancy(spark):
     assert occupancy["ghost"].snapshot_problem.startswith("cache ghost is not declared in the manifest")
 
 
+def test_id_cache_occupancy_counts_every_repeat_of_a_key_and_an_entry_without_one(spark):
+    """Keys held more than once are found through hashes first: the count is still exact, per cache."""
+    manifest = {"caches": {"orders.eu": {"id_cache_size": 9, "entries": 5}, "orders.us": {"id_cache_size": 9,
+                                                                                        "entries": 2}}}
+    snapshot = frame(spark, [entry("k1", 1, "a", "B"), entry("k1", 2, "b", "B"), entry("k1", 3, "c", "B"),
+                             entry("k2", 4, "d", "B"), entry("k3", 5, "e", "B"),
+                             # the same key in another cache is no repeat; an entry without a key is
+                             entry("k1", 1, "f", "B", cache="orders.us"), entry(None, 2, "g", "B", cache="orders.us")],
+                     ID_CACHE_DDL)
+    occupancy = {r.cache: r for r in tables.id_cache_occupancy(snapshot, tables.cache_sizes(spark, manifest)).collect()}
+    assert (occupancy["orders.eu"].entries, occupancy["orders.eu"].distinct_keys) == (5, 3)
+    assert occupancy["orders.eu"].snapshot_problem == "cache orders.eu holds 2 keys more than once"
+    assert (occupancy["orders.us"].entries, occupancy["orders.us"].distinct_keys) == (2, 1)
+
+
 def test_messages_describe_a_message_id_in_more_than_one_row(spark):
     d = frame(spark, [delivered("a", 1, "k1", 1), delivered("b", 2, "k2", 2)], DELIVERED_DDL)
     x = frame(spark, [dropped("a", 3, "k1", "duplicate", "a"), dropped("c", 4, "k3", "duplicate", "b"),
