@@ -57,15 +57,15 @@ class Cancelled(RuntimeError):
     killed or timed out): the batch stops before its commit, and the retry runs it again."""
 
 
-def _write_counted(frame: DataFrame, path: str) -> tuple[DataFrame, int]:
-    """Write ``frame`` as Parquet; returns it read back and the rows the write itself counted (an
-    observed metric of the write's own job, so the books need no second pass over the output)."""
+def _write_counted(frame: DataFrame, path: str) -> int:
+    """Write ``frame`` as Parquet; returns the rows the write itself counted (an observed metric
+    of the write's own job, so the books need no second pass over the output)."""
     written = Observation(f"rows written to {path}")
     frame.observe(written, F.count(F.lit(1)).alias("rows")).write.mode("overwrite").parquet(path)
-    return frame.sparkSession.read.schema(frame.schema).parquet(path), written.get["rows"]
+    return written.get["rows"]
 
 
-def _write_empty(fs: HadoopFS, frame: DataFrame, path: str) -> tuple[DataFrame, int]:
+def _write_empty(fs: HadoopFS, frame: DataFrame, path: str) -> int:
     """Write ``frame``, which the books already show empty, as Spark writes an empty frame (one
     Parquet file of the schema alone, and ``_SUCCESS``), from the driver: a Spark job that writes
     nothing costs about what a small output's write does (planning, scheduling, a task)."""
@@ -74,7 +74,7 @@ def _write_empty(fs: HadoopFS, frame: DataFrame, path: str) -> tuple[DataFrame, 
     fs.delete(path)
     fs.write_file(f"{path}/part-00000-empty.parquet", sink.getvalue().to_pybytes())
     fs.write_file(f"{path}/_SUCCESS", b"")
-    return frame.sparkSession.read.schema(frame.schema).parquet(path), 0
+    return 0
 
 
 def run_batch(spark: SparkSession, input_path: str, warehouse_root: str, batch_id: str,
@@ -241,9 +241,10 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     timer.lap("write")
 
     # 4. check the books
-    counts = _counts(input_lines, tally, {name: rows for name, (_, rows) in written.items()})
-    digests = {}
-    for row in transforms.entry_digests(written["id_cache"][0]).collect():
+    counts = _counts(input_lines, tally, written)
+    digests = {}  # of the snapshot as written: what the next batch reads
+    snapshot = spark.read.schema(staged["id_cache"].schema).parquet(f"{staging}/id_cache")
+    for row in transforms.entry_digests(snapshot).collect():
         caches[row["cache"]].update(entries=row["entries"], addresses=list(row["addresses"]))
         digests[row["cache"]] = row["digest"]
     fingerprint = manifests.snapshot_fingerprint(caches, digests)
