@@ -13,9 +13,10 @@ failed expectation); everything proportional to the data stays in Spark.
 Cost: GX asks several questions of each table per expectation (counts, sample values, sample
 rows), each a Spark job, so every checked table is computed once and cached before GX sees it
 (``materialise.py``); GX validates each table as soon as it is cached, while the others are
-still being computed. The few exceptions the big tables join back to their rows (repeated
-message_ids, keys accepted again, shared cache_seqs) are computed first and, when small,
-handed over as local tables (``materialise.SmallFrames``), so no batch row is shuffled. The
+still being computed, several Spark tables at once (``_validate``). The few exceptions the big
+tables join back to their rows (repeated message_ids, keys accepted again, shared cache_seqs)
+are computed first and, when small, handed over as local tables (``materialise.SmallFrames``),
+so no batch row is shuffled. The
 GX project (context, checkpoints, suites) is opened once per process and quality directory
 and reused by later gate calls (a long-lived driver gates batch after batch). The Data Docs
 site is built once per batch rather than once per checkpoint. ``result.json`` records the
