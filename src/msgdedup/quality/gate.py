@@ -16,11 +16,11 @@ rows), each a Spark job, so every checked table is computed once and cached befo
 still being computed, several Spark tables at once (``_validate``). The few exceptions the big
 tables join back to their rows (repeated message_ids, keys accepted again, shared cache_seqs)
 are computed first and, when small, handed over as local tables (``materialise.SmallFrames``),
-so no batch row is shuffled. The
-GX project (context, checkpoints, suites) is opened once per process and quality directory
-and reused by later gate calls (a long-lived driver gates batch after batch). The Data Docs
-site is built once per batch rather than once per checkpoint. ``result.json`` records the
-seconds each step took (``timings``; ``derive_s`` overlaps ``validate_s``).
+so no batch row is shuffled. The GX project (context, checkpoints, suites) is opened once per
+process and quality directory and reused by later gate calls (a long-lived driver gates batch
+after batch). The Data Docs site is built once per batch rather than once per checkpoint.
+``result.json`` records the seconds each step took (``timings``; ``derive_s`` overlaps
+``validate_s``).
 """
 
 from __future__ import annotations
