@@ -163,6 +163,28 @@ def test_tables_are_the_same_with_their_exceptions_computed_first(spark):
         tables.messages(batch, gone))
 
 
+def test_key_window_without_sender_queues_plans_no_sender_gaps(spark):
+    """No cache keeps sender queues (count caches here): key_window adds null sender gaps instead
+    of building their joins; the same rows and columns as with them."""
+    parent = frame(spark, [entry("k2", 2, "m2", "B1"), entry("k4", 4, "m4", "B1")], ID_CACHE_DDL)
+    batch = frame(spark, [delivered("n1", 1, "k4", 5), delivered("n2", 2, "k2", 6), delivered("n3", 3, "k2", 7),
+                          delivered("n4", 4, "k1", 8)], DELIVERED_DDL)
+    size = sizes(spark, **{"orders.eu": 3})
+
+    told = tables.key_window(batch, none_dropped(spark), parent, size, "B2", sender_queues=False)
+    in_plan = tables.key_window(batch, none_dropped(spark), parent, size, "B2")
+
+    assert told.schema == in_plan.schema
+    assert sorted(map(tuple, told.collect()), key=repr) == sorted(map(tuple, in_plan.collect()), key=repr)
+    # cache_seq 4 -> 5 (n1 after the parent's k4) and 6 -> 7 (n3 after n2's k2) are inside the cache
+    # of 3; 2 -> 6 (n2 after the parent's k2) is not
+    assert [r.duplicate_within_window is not None for r in told.orderBy("message_id").collect()] == [
+        True, False, True, False]
+    assert not tables.keeps_sender_queues({"caches": {"orders.eu": {"policy": "count", "id_cache_size": 3}}})
+    assert not tables.keeps_sender_queues({"caches": {"q": {"policy": "apama", "per_source_window": 0}}})
+    assert tables.keeps_sender_queues({"caches": {"q": {"policy": "apama", "per_source_window": 2000}}})
+
+
 def test_key_window_without_repeats_is_its_first_acceptances_alone(spark):
     """Told that no key was accepted again (``repeats=0``, the gate's normal case), key_window
     builds no window over the acceptances: the same rows and columns as computed in-plan."""

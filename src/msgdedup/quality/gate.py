@@ -292,7 +292,8 @@ def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str,
         repeats = small.rows.get("keys_accepted_again") if small is not None else None  # None: not counted
         shared = tables.shared_cache_seqs(batch.delivered, get("shared_cache_seq_counts"))
         return tables.key_window(batch.delivered, batch.dropped, batch.parent_id_cache, sizes, batch_id,
-                                 again, shared, repeats=repeats)
+                                 again, shared, repeats=repeats,
+                                 sender_queues=tables.keeps_sender_queues(batch.manifest))
 
     return {
         "messages": lambda: tables.messages(batch.delivered, batch.dropped, get("repeated_message_ids")),
@@ -426,13 +427,16 @@ def _give_back(project: _OpenProject) -> None:
             _PROJECTS.pop(next(iter(_PROJECTS)))
 
 
-# How many checked tables GX validates at once when it validates Spark tables. Each validation is a
-# dozen queries of a cached table with a few milliseconds of task time each, whose cost is the
-# driver's planning and scheduling, one query after another: validated one table at a time, the
-# last tables' validations were about 4 s of a 1M batch's 15 s gate with the cores nearly idle
-# (docs/benchmarks.md). GX's Spark data source holds the batch it validates in its execution
-# engine, so each validation at once needs a context (and data source) of its own. A small
-# batch's tables are validated by GX's pandas engine, pure Python under one lock: one context.
+# How many checked tables GX validates at once when it validates Spark tables, once every table is
+# cached. Each validation is a dozen queries of a cached table with a few milliseconds of task time
+# each, whose cost is the driver's planning and scheduling, one query after another: validated one
+# table at a time, the last tables' validations were about 4 s of a 1M batch's 15 s gate with the
+# cores nearly idle (docs/benchmarks.md). While tables are still being computed, the cores are
+# theirs, and validations run one at a time: more at once (their queries go first, in a pool of
+# their own) delayed the last table as much as they saved. GX's Spark data source holds the batch
+# it validates in its execution engine, so each validation at once needs a context (and data
+# source) of its own. A small batch's tables are validated by GX's pandas engine, pure Python
+# under one lock: one context.
 SPARK_VALIDATORS = 3
 
 
@@ -442,11 +446,11 @@ def _validators(on_driver: bool) -> int:
 
 def _validate(spark: SparkSession, projects: list[_OpenProject], checked: MaterialisedTables, on_driver: bool,
               batch_id: str, run_id: Any) -> dict[str, list[tuple[Any, Any]]]:
-    """Each checked table's checkpoint run on it as soon as it is cached, on as many tables at once as
-    there are ``projects`` (each validation takes one and gives it back); ``{table: run results}``."""
+    """Each checked table's checkpoint run on it as soon as it is cached, one at a time while tables
+    are still being computed, then on as many at once as there are ``projects`` (a validation takes
+    one and gives it back); ``{table: run results}``."""
     free: queue.SimpleQueue = queue.SimpleQueue()
-    for project in projects:
-        free.put(project)
+    free.put(projects[0])
     context = spark.sparkContext
 
     def validate(name: str, frame: Any) -> list[tuple[Any, Any]]:
@@ -465,6 +469,8 @@ def _validate(spark: SparkSession, projects: list[_OpenProject], checked: Materi
 
     with ThreadPoolExecutor(max_workers=len(projects), thread_name_prefix="gx-gate-validate") as pool:
         futures = {name: pool.submit(validate, name, frame) for name, frame in checked.as_cached()}
+        for project in projects[1:]:  # every table is cached: the cores are the validations' now
+            free.put(project)
         return {name: future.result() for name, future in futures.items()}
 
 
