@@ -261,7 +261,7 @@ def key_window(delivered: DataFrame, dropped: DataFrame, parent_id_cache: DataFr
         shared_numbers = shared_cache_seqs(delivered)
     first = (current if repeats == 0 else _same_key(current, again, _KEY, "left_anti")).select(
         "*", *[F.lit(None).cast(kind).alias(name) for name, kind in _PREVIOUS.values()],
-        F.lit(None).cast("long").alias("_sender_since"), F.lit(None).cast("boolean").alias("_resent"),
+        *_no_sender_gaps(),
     )
     rows = first
     if repeats != 0:
@@ -274,8 +274,7 @@ def key_window(delivered: DataFrame, dropped: DataFrame, parent_id_cache: DataFr
         if sender_queues:
             repeated = _apama_sender_gaps(repeated, delivered, dropped, parent_id_cache, sizes, repeats is not None)
         else:  # no cache keeps sender queues: no gaps, and their joins not planned (0.3-0.8 s of the driver)
-            repeated = repeated.select("*", F.lit(None).cast("long").alias("_sender_since"),
-                                       F.lit(None).cast("boolean").alias("_resent"))
+            repeated = repeated.select("*", *_no_sender_gaps())
         rows = repeated.unionByName(first)
     placed = (
         rows
@@ -338,6 +337,11 @@ def key_window(delivered: DataFrame, dropped: DataFrame, parent_id_cache: DataFr
         placed.join(shared_numbers, ["cache", "cache_seq"], "left")
         .select(*columns, violation.alias("duplicate_within_window"), shared.alias("shared_cache_seq"))
     )
+
+
+def _no_sender_gaps() -> list[Column]:
+    """``_apama_sender_gaps``' columns for deliveries it has nothing to say of."""
+    return [F.lit(None).cast("long").alias("_sender_since"), F.lit(None).cast("boolean").alias("_resent")]
 
 
 def _apama_sender_gaps(repeated: DataFrame, delivered: DataFrame, dropped: DataFrame, parent_id_cache: DataFrame,
