@@ -232,9 +232,10 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     # by the census and the other outputs' writes.
     empty = {"quarantine": tally.quarantined(input_lines) == 0,
              LEFT_KEYS: not settings.audit_horizon}
+    paths = {name: f"{staging}/{name}" for name in staged}
     written = {}
     for name, frame in staged.items():
-        path = f"{staging}/{name}"
+        path = paths[name]
         written[name] = _write_empty(warehouse.fs, frame, path) if empty.get(name) else _write_counted(frame, path)
         if name == "delivered":
             failpoint("while_staging")
@@ -243,7 +244,7 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     # 4. check the books
     counts = _counts(input_lines, tally, written)
     digests = {}  # of the snapshot as written: what the next batch reads
-    snapshot = spark.read.schema(staged["id_cache"].schema).parquet(f"{staging}/id_cache")
+    snapshot = spark.read.schema(staged["id_cache"].schema).parquet(paths["id_cache"])
     for row in transforms.entry_digests(snapshot).collect():
         caches[row["cache"]].update(entries=row["entries"], addresses=list(row["addresses"]))
         digests[row["cache"]] = row["digest"]
