@@ -203,42 +203,53 @@ def assign_units(messages: DataFrame) -> DataFrame:
 
     Adds ``unit_us``, ``unit_row`` and ``contested``: the unit holds a repeated key
     (``mark_repeated``), so only the ordered pass can decide it.
+
+    A transaction's commit point is a window over its messages, not an aggregation joined back:
+    the messages are read once and shuffled once (by txn_id), where the join read them twice and
+    waited for the aggregation's result to be broadcast (docs/benchmarks.md). The single messages
+    stay out of it: they all share the null txn_id, one skewed partition.
     """
-    in_txn = messages.filter(F.col("txn_id").isNotNull())
-    commit_points = in_txn.groupBy("txn_id").agg(
-        F.max(F.struct("received_us", "row_id")).alias("commit_point"),
-        F.max("repeated").alias("contested"))
+    by_txn = Window.partitionBy("txn_id")
+    commit_point = F.max(F.struct("received_us", "row_id")).over(by_txn)
     singles = (messages.filter(F.col("txn_id").isNull())
                .withColumn("unit_us", F.col("received_us")).withColumn("unit_row", F.col("row_id"))
                .withColumn("contested", F.col("repeated")))
-    # Joined apart from the single messages: they all share the null txn_id, one skewed partition.
     transactions = (
-        in_txn.join(commit_points, "txn_id")
-        .withColumn("unit_us", F.col("commit_point.received_us"))
-        .withColumn("unit_row", F.col("commit_point.row_id"))
-        .drop("commit_point")
+        messages.filter(F.col("txn_id").isNotNull())
+        .withColumn("_commit_point", commit_point)
+        .withColumn("unit_us", F.col("_commit_point.received_us"))
+        .withColumn("unit_row", F.col("_commit_point.row_id"))
+        .withColumn("contested", F.max("repeated").over(by_txn))
+        .drop("_commit_point")
     )
     return singles.unionByName(transactions).drop("repeated")
 
 
 # Unit order, and message order inside a transaction: the order of spec §4.
 _UNIT_ORDER = ["unit_us", "unit_row", "received_us", "row_id"]
+# The messages without a key are spread over this many window partitions (their ranks are null).
+_UNKEYED_SPREAD = 64
 
 
 def rank_in_caches(units: DataFrame) -> DataFrame:
     """Add, for every message with a key, its place among its cache's messages in unit order:
     ``free_rank`` (uncontested messages up to it, itself included) and ``contested_rank``
     (contested ones). Every uncontested message is accepted, so for a contested message
-    ``free_rank`` is the count of acceptances the kernel does not see (kernel.py)."""
-    upto = Window.partitionBy("cache").orderBy(*_UNIT_ORDER).rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    keyed = units.filter(F.col("cache").isNotNull())
-    ranked = keyed.select(
+    ``free_rank`` is the count of acceptances the kernel does not see (kernel.py).
+
+    One window over every unit, keyed or not: split in two (the keyed ones ranked, the others
+    passed by), the units' whole plan ran twice, each half of it reading the messages again. The
+    messages without a key (null ``cache``) are spread over ``_UNKEYED_SPREAD`` partitions of
+    their own by their row_id, not all sorted in one, and get null ranks.
+    """
+    keyed = F.col("cache").isNotNull()
+    spread = F.when(~keyed, F.col("row_id") % _UNKEYED_SPREAD)
+    upto = (Window.partitionBy("cache", spread).orderBy(*_UNIT_ORDER)
+            .rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    return units.select(
         "*",
-        F.count_if(~F.col("contested")).over(upto).alias("free_rank"),
-        F.count_if(F.col("contested")).over(upto).alias("contested_rank"))
-    unkeyed = units.filter(F.col("cache").isNull()).select(
-        "*", F.lit(None).cast("long").alias("free_rank"), F.lit(None).cast("long").alias("contested_rank"))
-    return ranked.unionByName(unkeyed)
+        F.when(keyed, F.count_if(~F.col("contested")).over(upto)).alias("free_rank"),
+        F.when(keyed, F.count_if(F.col("contested")).over(upto)).alias("contested_rank"))
 
 
 # -- decide ---------------------------------------------------------------------------------------
