@@ -32,3 +32,31 @@ def test_an_id_whose_hash_collides_with_another_is_not_taken_for_a_repeated_one(
     suspects = transforms.with_repeated_hash(keys, hashes)
     assert suspects.count() == 3
     assert _rows(transforms.repeated_message_ids(suspects)) == [("a", 1)]
+
+
+UNIT_INPUT = "row_id long, received_us long, txn_id string, cache string, repeated boolean"
+
+
+def test_units_sit_at_their_transactions_last_message_and_are_ranked_in_their_cache(spark):
+    """A transaction is one unit at its last message (§2, §4), contested when any of its messages
+    is; each keyed message is ranked among its cache's in unit order, and a message without a key
+    (null cache) has no rank, whichever window partition it was spread to."""
+    messages = spark.createDataFrame([
+        (1, 10, None, "c", False),   # a single message
+        (2, 20, "t", "c", False),    # transaction t: its last message is row 4, at 40 us
+        (3, 30, None, "c", True),    # a single contested message, before t's unit
+        (4, 40, "t", None, False),   # t's message without a key
+        (5, 35, "u", "d", True),     # transaction u, alone in cache d, contested
+        (6, 50, None, None, False),  # a single message without a key
+    ], UNIT_INPUT)
+    units = transforms.rank_in_caches(transforms.assign_units(messages))
+    got = {r["row_id"]: (r["unit_us"], r["unit_row"], r["contested"], r["free_rank"], r["contested_rank"])
+           for r in units.collect()}
+    assert got == {
+        1: (10, 1, False, 1, 0),
+        3: (30, 3, True, 1, 1),
+        2: (40, 4, False, 2, 1),   # t's unit comes after row 3's
+        4: (40, 4, False, None, None),
+        5: (35, 5, True, 0, 1),
+        6: (50, 6, False, None, None),
+    }
