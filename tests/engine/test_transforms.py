@@ -39,14 +39,15 @@ UNIT_INPUT = "row_id long, received_us long, txn_id string, cache string, repeat
 
 def test_units_sit_at_their_transactions_last_message_and_are_ranked_in_their_cache(spark):
     """A transaction is one unit at its last message (§2, §4), contested when any of its messages
-    is; each keyed message is ranked among its cache's in unit order, and a message without a key
-    (null cache) has no rank, whichever window partition it was spread to."""
+    is, in whichever cache; each keyed message is ranked among its cache's in unit order, and a
+    message without a key (null cache) has no rank, whichever window partition it was spread to."""
     messages = spark.createDataFrame([
         (1, 10, None, "c", False),   # a single message
         (2, 20, "t", "c", False),    # transaction t: its last message is row 4, at 40 us
         (3, 30, None, "c", True),    # a single contested message, before t's unit
         (4, 40, "t", None, False),   # t's message without a key
-        (5, 35, "u", "d", True),     # transaction u, alone in cache d, contested
+        (7, 25, "t", "d", True),     # t's repeated key, in another cache: all of t is contested
+        (5, 35, "u", "d", False),    # transaction u, alone, before t's unit in cache d
         (6, 50, None, None, False),  # a single message without a key
     ], UNIT_INPUT)
     units = transforms.rank_in_caches(transforms.assign_units(messages))
@@ -55,8 +56,9 @@ def test_units_sit_at_their_transactions_last_message_and_are_ranked_in_their_ca
     assert got == {
         1: (10, 1, False, 1, 0),
         3: (30, 3, True, 1, 1),
-        2: (40, 4, False, 2, 1),   # t's unit comes after row 3's
-        4: (40, 4, False, None, None),
-        5: (35, 5, True, 0, 1),
+        2: (40, 4, True, 1, 2),    # t's unit comes after row 3's
+        4: (40, 4, True, None, None),
+        5: (35, 5, False, 1, 0),
+        7: (40, 4, True, 1, 1),
         6: (50, 6, False, None, None),
     }
