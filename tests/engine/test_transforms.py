@@ -3,7 +3,7 @@ reach (a 64-bit hash collision does not happen in a generated stream)."""
 
 from pyspark.sql import functions as F
 
-from msgdedup.engine import transforms
+from msgdedup.engine import manifest as manifests, transforms
 
 KEYS = "row_id long, message_id string, received_us long"
 
@@ -62,3 +62,31 @@ def test_units_sit_at_their_transactions_last_message_and_are_ranked_in_their_ca
         7: (40, 4, True, 1, 1),
         6: (50, 6, False, None, None),
     }
+
+
+def test_a_caches_digest_folds_its_addresses_parts_into_what_one_pass_over_the_cache_gives(spark):
+    """``entry_digests`` hashes each (cache, address) apart and ``manifest.cache_digests`` folds the
+    parts: each cache's count, addresses and digest must be what one aggregation over the whole
+    cache gives (the form every committed manifest's fingerprint was made with), negative hashes
+    and null fields included."""
+    snapshot = spark.createDataFrame([
+        ("c", "k1", 1, "m1", "a1", "b1", None, None, None),
+        ("c", "k2", 2, "m2", "a2", "b1", None, None, None),
+        ("c", "k3", 3, "m3", "a1", "b2", None, None, None),
+        ("t", "k1", 1, "m4", "a3", "b1", 1_000, None, None),
+        ("q", "k9", 7, "m5", "a3", "b2", 2_000, "s1", "sender"),
+    ] + [("c", f"x{i}", 10 + i, f"n{i}", "a2", "b2", None, None, None) for i in range(40)],
+        transforms.SNAPSHOT_SCHEMA)
+    entry = ["dedup_key", "cache_seq", "message_id", "received_at_us", "source_id", "queue"]
+    whole = snapshot.groupBy("cache").agg(
+        F.count(F.lit(1)).alias("entries"),
+        F.format_string("%016x%016x", F.bit_xor(F.xxhash64(*entry)), F.bit_xor(F.xxhash64(F.lit(1), *entry)))
+        .alias("digest"),
+        F.array_sort(F.collect_set("address")).alias("addresses"))
+    expected = {r["cache"]: manifests.CacheDigest(r["entries"], r["digest"], list(r["addresses"]))
+                for r in whole.collect()}
+    parts = transforms.entry_digests(snapshot).collect()
+    assert len(parts) == 4  # (c, a1), (c, a2), (t, a3), (q, a3)
+    assert manifests.cache_digests(parts) == expected
+    assert expected["c"].entries == 43 and expected["c"].addresses == ["a1", "a2"]
+    assert any(int(d.digest[:16], 16) >= 1 << 63 for d in expected.values()), "a negative hash, printed as Spark does"

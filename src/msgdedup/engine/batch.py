@@ -245,9 +245,9 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     counts = _counts(input_lines, tally, written)
     digests = {}  # of the snapshot as written: what the next batch reads
     snapshot = spark.read.schema(staged["id_cache"].schema).parquet(paths["id_cache"])
-    for row in transforms.entry_digests(snapshot).collect():
-        caches[row["cache"]].update(entries=row["entries"], addresses=list(row["addresses"]))
-        digests[row["cache"]] = row["digest"]
+    for name, cache in manifests.cache_digests(transforms.entry_digests(snapshot).collect()).items():
+        caches[name].update(entries=cache.entries, addresses=cache.addresses)
+        digests[name] = cache.digest
     fingerprint = manifests.snapshot_fingerprint(caches, digests)
     invalidate = _check_history(warehouse, txn, fingerprint, invalidate_later)
     return Staged(counts, caches, fingerprint, invalidate, window_audit)

@@ -4,7 +4,7 @@ The snapshot fingerprint is what makes history checkable: each manifest records 
 of the parent snapshot it started from, so a re-run of an older batch can tell whether the later
 batches are still built on the same cache state or must be invalidated. It covers what a later
 batch inherits: every cache's counter and its entries (each cache's entries are hashed by Spark,
-in parallel, see ``transforms.entry_digests``).
+in parallel, see ``transforms.entry_digests``, and folded here, ``cache_digests``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 
-from typing import Mapping
+from dataclasses import dataclass
+from typing import Iterable, Mapping
 
 from msgdedup.config import COUNT
 from msgdedup.engine.reading import InputFile
@@ -49,6 +50,32 @@ def cache_counters(windows: Mapping[str, CacheWindow], accepted: Mapping[str, in
             cache["clock_us"] = clocks.get(name)
         caches[name] = cache
     return caches
+
+
+@dataclass(frozen=True)
+class CacheDigest:
+    """One cache's entries in a snapshot: how many, their digest, the addresses they come from."""
+
+    entries: int
+    digest: str
+    addresses: list[str]
+
+
+def cache_digests(parts: Iterable[Mapping]) -> dict[str, CacheDigest]:
+    """``transforms.entry_digests``' rows folded per cache. The digest is the two XORs, each as
+    16 hex digits of its 64 bits (as Spark's ``format_string("%016x")`` printed them when the
+    engine folded them itself: the fingerprints of committed batches do not change)."""
+    folded: dict[str, list] = {}
+    for part in parts:
+        cache = folded.setdefault(part["cache"], [0, 0, 0, set()])
+        cache[0] += part["entries"]
+        cache[1] ^= part["xor_a"]
+        cache[2] ^= part["xor_b"]
+        if part["address"] is not None:
+            cache[3].add(part["address"])
+    bits = (1 << 64) - 1
+    return {name: CacheDigest(entries, f"{a & bits:016x}{b & bits:016x}", sorted(addresses))
+            for name, (entries, a, b, addresses) in folded.items()}
 
 
 def snapshot_fingerprint(caches: dict[str, dict], entry_digests: dict[str, str]) -> str:

@@ -442,17 +442,24 @@ def snapshot(entries: DataFrame, limits: DataFrame, apama_entries: DataFrame, qu
     return new
 
 
+# What an entry's digest hashes (nulls hash as nothing).
+_DIGESTED = ["dedup_key", "cache_seq", "message_id", "received_at_us", "source_id", "queue"]
+
+
 def entry_digests(snapshot: DataFrame) -> DataFrame:
-    """Per cache: its entry count and a digest of its entries (few rows).
+    """Per cache and address of its entries: their count and a digest of them (few rows), which
+    ``manifest.cache_digests`` folds into each cache's count, digest and addresses.
 
     The digest XORs two 64-bit hashes of every entry (key, seq, message_id, and where the policy
     keeps them its instant, sender and queue): the seq puts the order in each entry, the keys of
-    a cache are distinct, so no sort is needed and the caches
-    are hashed in parallel. It tells runs apart, it is not a security measure.
+    a cache are distinct, so no sort is needed and the caches are hashed in parallel. XOR folds
+    in any order, so the (cache, address) parts make the cache's. Grouped so, the aggregation is
+    only counts and XORs: a set of addresses per cache (``collect_set``) made it an object
+    aggregation, which falls back to sorting its input once a task meets more than 128 caches
+    (``spark.sql.objectHashAggregate.sortBased.fallbackThreshold``). It tells runs apart, it is
+    not a security measure.
     """
-    entry = ["dedup_key", "cache_seq", "message_id", "received_at_us", "source_id", "queue"]  # nulls hash as nothing
-    return snapshot.groupBy("cache").agg(
+    return snapshot.groupBy("cache", "address").agg(
         F.count(F.lit(1)).alias("entries"),
-        F.format_string("%016x%016x", F.bit_xor(F.xxhash64(*entry)), F.bit_xor(F.xxhash64(F.lit(1), *entry)))
-        .alias("digest"),
-        F.array_sort(F.collect_set("address")).alias("addresses"))
+        F.bit_xor(F.xxhash64(*_DIGESTED)).alias("xor_a"),
+        F.bit_xor(F.xxhash64(F.lit(1), *_DIGESTED)).alias("xor_b"))
