@@ -362,7 +362,7 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
     stream_rows = stream.count()  # computes (and keeps) the units
     if kernel_on_driver(spark, stream_rows):
         decisions = spark.createDataFrame(
-            kernel.decide_table(transforms.in_unit_order(stream).toArrow().to_batches(), windows, batch_id),
+            kernel.decide_table(transforms.in_unit_order_on_driver(stream.toArrow()).to_batches(), windows, batch_id),
             transforms.OUTPUT_SPARK_SCHEMA)
     else:
         decisions = _kept(transforms.decide(stream, windows, batch_id), kept)

@@ -287,6 +287,14 @@ def in_unit_order(stream: DataFrame) -> DataFrame:
     return stream.repartition(1).sortWithinPartitions("phase", *_UNIT_ORDER)
 
 
+def in_unit_order_on_driver(stream: pa.Table) -> pa.Table:
+    """``in_unit_order`` for a stream the driver collected (``planning.kernel_on_driver``: a few
+    rows), sorted by pyarrow: collected unsorted, it needs no exchange into one Spark task and
+    no job for it. None of the sort's columns is null (a message's instant and row_id, 0 for
+    an entry), so where Spark and pyarrow put nulls does not matter."""
+    return stream.sort_by([(column, "ascending") for column in ("phase", *_UNIT_ORDER)])
+
+
 def decide(stream: DataFrame, windows: dict[str, CacheWindow], batch_id: str) -> DataFrame:
     """The kernel's output (kernel.OUTPUT_SCHEMA) for a ``decision_stream``, in one Spark task:
     verdicts, and the entries and time of the Apama caches."""
