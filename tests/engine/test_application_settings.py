@@ -42,3 +42,8 @@ def test_spark_submits_conf_wins_over_the_applications_default(tmp_path):
 def test_an_application_schedules_its_jobs_fairly_between_pools(tmp_path):
     """The gate's validations have a pool of their own (quality.gate.VALIDATION_POOL)."""
     assert _setting_seen(tmp_path, key="spark.scheduler.mode") == "FAIR"
+
+
+def test_an_application_keeps_no_idle_python_worker(tmp_path):
+    """The kernel's worker, kept idle, sat beside the JVM through a large batch's writes."""
+    assert _setting_seen(tmp_path, key="spark.python.worker.reuse") == "false"

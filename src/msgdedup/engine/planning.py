@@ -75,8 +75,17 @@ def session_for(spark: SparkSession, input_bytes: int) -> SparkSession:
 # aggregations spilled (86 and 40 MiB) and took 4.0 and 8.7 s; in four partitions of 16 MiB, 1.3 and
 # 3.3 s without spilling (docs/benchmarks.md). A 1M batch's shuffles (10-40 MiB) keep about one
 # partition per core. Small batches are planned without adaptive execution (``small_plan``).
+#
+# A Python worker is not kept for another task: a batch runs Python in two places only, the
+# kernel (one task, when its stream is too long for the driver) and the lines the JVM's parse
+# leaves to envelope.py (a task per input split that has some). Spark keeps an idle worker for a
+# minute, and the kernel's, with every key of its stream still in its heap (about 200 MiB at 5M
+# messages), then sat beside the JVM through the writes, where a batch peaks: a 5M batch peaked
+# at 1,609 MiB against 1,730 (docs/benchmarks.md). A task that needs Python forks a fresh worker
+# from Spark's daemon instead, a fraction of a second per task.
 APPLICATION_DEFAULTS = {"spark.sql.codegen.cache.maxEntries": "1000", "spark.scheduler.mode": "FAIR",
-                        "spark.sql.adaptive.advisoryPartitionSizeInBytes": "16m"}
+                        "spark.sql.adaptive.advisoryPartitionSizeInBytes": "16m",
+                        "spark.python.worker.reuse": "false"}
 
 
 def application_settings() -> dict[str, str]:
