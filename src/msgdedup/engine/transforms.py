@@ -227,6 +227,8 @@ def assign_units(messages: DataFrame) -> DataFrame:
 
 # Unit order, and message order inside a transaction: the order of spec §4.
 _UNIT_ORDER = ["unit_us", "unit_row", "received_us", "row_id"]
+# The order the kernel walks its stream in: the parent's entries, then the messages in unit order.
+_STREAM_ORDER = ["phase", *_UNIT_ORDER]
 # The messages without a key are spread over this many window partitions (their ranks are null).
 _UNKEYED_SPREAD = 64
 
@@ -284,7 +286,7 @@ def decision_stream(units: DataFrame, entries: DataFrame | None) -> DataFrame:
 def in_unit_order(stream: DataFrame) -> DataFrame:
     """A ``decision_stream`` as the kernel walks it, in one partition: the parent's entries, then
     the messages in unit order (messages of a transaction keep their own order)."""
-    return stream.repartition(1).sortWithinPartitions("phase", *_UNIT_ORDER)
+    return stream.repartition(1).sortWithinPartitions(*_STREAM_ORDER)
 
 
 def in_unit_order_on_driver(stream: pa.Table) -> pa.Table:
@@ -292,7 +294,7 @@ def in_unit_order_on_driver(stream: pa.Table) -> pa.Table:
     rows), sorted by pyarrow: collected unsorted, it needs no exchange into one Spark task and
     no job for it. None of the sort's columns is null (a message's instant and row_id, 0 for
     an entry), so where Spark and pyarrow put nulls does not matter."""
-    return stream.sort_by([(column, "ascending") for column in ("phase", *_UNIT_ORDER)])
+    return stream.sort_by([(column, "ascending") for column in _STREAM_ORDER])
 
 
 def decide(stream: DataFrame, windows: dict[str, CacheWindow], batch_id: str) -> DataFrame:
