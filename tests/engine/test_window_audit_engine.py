@@ -1,7 +1,10 @@
 """The window-miss audit (§9) on Spark, on the case its plan treats apart: a transaction."""
 
+import pytest
+
 from msgdedup.config import parse_settings
 from msgdedup.engine.batch import run_batch
+from msgdedup.engine.planning import DRIVER_DECIDE_LINES_CONF
 from msgdedup.reference_model import ReferenceModel
 
 from tests.engine.support import message, model_view, outcome_view, write_batch
@@ -10,7 +13,16 @@ SETTINGS = parse_settings({"address_settings": {"#": {"id_cache_size": 2}}, "win
 H5, H6 = "2026-11-21T05", "2026-11-21T06"
 
 
-def test_a_transactions_miss_is_measured_from_its_lookup_before_its_first_acceptance(spark, tmp_path):
+@pytest.fixture(params=["driver", "spark"])
+def planned(request, spark):
+    """Both plans: the small batch decided on the driver, and in Spark (engine/batch.py)."""
+    if request.param == "spark":
+        spark.conf.set(DRIVER_DECIDE_LINES_CONF, "-1")
+    yield spark
+    spark.conf.unset(DRIVER_DECIDE_LINES_CONF)
+
+
+def test_a_transactions_miss_is_measured_from_its_lookup_before_its_first_acceptance(planned, tmp_path):
     """k1 leaves the 2-key window in the first batch; in the second, a transaction resends it after
     a new key. The transaction's lookup comes before its first acceptance (k9's), so k1 was
     missed by one key less than its own acceptance would say: the engine must find that unit's
@@ -23,8 +35,8 @@ def test_a_transactions_miss_is_measured_from_its_lookup_before_its_first_accept
     oracle = ReferenceModel()
     oracle.run_batch(H5, first, SETTINGS)
     expected = model_view(oracle.run_batch(H6, second, SETTINGS))
-    run_batch(spark, str(tmp_path / "r5"), str(tmp_path / "wh"), H5, SETTINGS)
-    run_batch(spark, str(tmp_path / "r6"), str(tmp_path / "wh"), H6, SETTINGS)
+    run_batch(planned, str(tmp_path / "r5"), str(tmp_path / "wh"), H5, SETTINGS)
+    run_batch(planned, str(tmp_path / "r6"), str(tmp_path / "wh"), H6, SETTINGS)
     got = outcome_view(tmp_path / "wh", H6)
     assert got == expected
     # k1 accepted at seq 1; the transaction's first acceptance is k9's (seq 5), before k1's own

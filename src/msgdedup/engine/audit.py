@@ -4,8 +4,8 @@ possible. Nothing here decides an outcome; the reference model's ``_audit`` is t
 
     parent's left_keys + parent snapshot + this batch's acceptances
         --left_keys--> this batch's left_keys (the horizon's worth of keys that left the window)
-    the same, on the keys that can have an earlier acceptance (``audit_keys``)
-        --window_misses--> one row per miss: needed, missed_by
+    the same, on the delivered messages of keys that can have an earlier acceptance
+    (``audit_keys``, ``audited``) --window_misses--> one row per miss: needed, missed_by
     misses --summary--> per cache: misses, largest missed_by, recommended window
 
 Count windows are measured in acceptances (``cache_seq``), time windows in microseconds (the
@@ -62,34 +62,36 @@ def audit_keys(repeated_keys: DataFrame, left_met: DataFrame | None) -> DataFram
     return keys
 
 
-def window_misses(verdicts: DataFrame, units: DataFrame, earlier: DataFrame, keys: DataFrame,
-                  bounds: DataFrame, batch_id: str) -> DataFrame:
-    """One row per delivered message of ``keys`` whose key had been accepted before on its cache
-    within the reach (§9), with ``needed`` (the window that would have held the earlier
+def audited(verdicts: DataFrame, keys: DataFrame) -> DataFrame:
+    """The delivered messages of ``keys`` (``audit_keys``): the only ones a window can have
+    missed. Few, as ``keys`` are; ``window_misses`` reads them twice, so a caller keeps them."""
+    delivered = verdicts.filter((F.col("outcome") == kernel.DELIVERED) & F.col("cache").isNotNull())
+    return delivered.join(F.broadcast(keys), ["cache", "dedup_key"], "left_semi")
+
+
+def window_misses(audited: DataFrame, verdicts: DataFrame, earlier: DataFrame, bounds: DataFrame,
+                  batch_id: str) -> DataFrame:
+    """One row per ``audited`` message (``audited``) whose key had been accepted before on its
+    cache within the reach (§9), with ``needed`` (the window that would have held the earlier
     acceptance at the message's lookup) and ``missed_by`` (needed - window).
 
-    ``earlier``: the parent's entries of ``keys`` (record and snapshot: disjoint in cache_seq);
-    ``units``: row_id -> unit_row (the lookup of a unit happens before its first acceptance on
-    each cache, so the counter then is that acceptance's cache_seq - 1). On a time window the
-    lookup happens at the cache's time then, which is the instant the message's key enters with.
-    Any earlier acceptance of a delivered key was out of the window at the lookup, or the message
-    would have been dropped.
+    ``earlier``: the parent's entries of the audited keys (record and snapshot: disjoint in
+    cache_seq); ``verdicts``: every message's, with its unit (``unit_row``: the lookup of a unit
+    happens before its first acceptance on each cache, so the counter then is that acceptance's
+    cache_seq - 1). On a time window the lookup happens at the cache's time then, which is the
+    instant the message's key enters with. Any earlier acceptance of a delivered key was out of
+    the window at the lookup, or the message would have been dropped.
     """
-    delivered = verdicts.filter((F.col("outcome") == kernel.DELIVERED) & F.col("cache").isNotNull())
-    unit_of = units.select("row_id", "unit_row")
-    # The audited messages (few: delivered, of a key that can have an earlier acceptance), each
-    # with its unit; only their units are looked at, so no join moves every delivered row.
-    of_keys = delivered.join(F.broadcast(keys), ["cache", "dedup_key"], "left_semi")
-    audited = F.broadcast(of_keys).join(unit_of, "row_id")
     # A transaction's lookup comes before its first acceptance on each cache; a single message's
-    # first acceptance is its own. The other messages of the audited messages' transactions:
-    others = unit_of.filter(F.col("unit_row") != F.col("row_id")).join(
-        F.broadcast(audited.select("unit_row").distinct()), "unit_row", "left_semi")
-    in_txn = (delivered.join(F.broadcast(others), "row_id")
+    # first acceptance is its own. The other delivered messages of the audited messages'
+    # transactions (one pass over the verdicts; the audited units are broadcast):
+    delivered = verdicts.filter((F.col("outcome") == kernel.DELIVERED) & F.col("cache").isNotNull())
+    in_txn = (delivered.filter(F.col("unit_row") != F.col("row_id"))
+              .join(F.broadcast(audited.select("unit_row").distinct()), "unit_row", "left_semi")
               .groupBy("cache", "unit_row").agg(F.min("cache_seq").alias("txn_first")))
-    audited = audited.join(in_txn, ["cache", "unit_row"], "left")
-    mine = audited.select(*ENTRY_COLUMNS[:5], F.lit(batch_id).alias("accepted_batch_id"), "received_at_us",
-                          F.coalesce("txn_first", "cache_seq").alias("unit_first"), F.lit(True).alias("this_batch"))
+    mine = audited.join(in_txn, ["cache", "unit_row"], "left").select(
+        *ENTRY_COLUMNS[:5], F.lit(batch_id).alias("accepted_batch_id"), "received_at_us",
+        F.coalesce("txn_first", "cache_seq").alias("unit_first"), F.lit(True).alias("this_batch"))
     before = earlier.select(*ENTRY_COLUMNS, F.lit(None).cast("long").alias("unit_first"),
                             F.lit(False).alias("this_batch"))
     in_order = Window.partitionBy("cache", "dedup_key").orderBy("cache_seq")

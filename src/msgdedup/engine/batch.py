@@ -199,8 +199,10 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
                if frame is not None]
         earlier = met[0].unionByName(met[1]) if len(met) == 2 else (
             met[0] if met else local_frame(spark, [], audit.ENTRY_SCHEMA))
-        misses = audit.window_misses(decided.verdicts, decided.units, earlier,
-                                     audit.audit_keys(decided.repeated_keys, decided.left_met), bounds, txn.batch_id)
+        audited = audit.audited(decided.verdicts, audit.audit_keys(decided.repeated_keys, decided.left_met))
+        if decide is _decide_in_spark:  # read twice, and found by a pass over every verdict: kept
+            audited = _kept(audited, kept)
+        misses = audit.window_misses(audited, decided.verdicts, earlier, bounds, txn.batch_id)
         window_audit = audit.report(caches, audit.summary(misses).collect())
     timer.lap("audit")
 
@@ -303,7 +305,6 @@ class _Decided:
 
     verdicts: DataFrame      # transforms.VERDICT_COLUMNS
     copies: DataFrame        # row_id, error: repeated message ids (transforms.copies)
-    units: DataFrame         # row_id, unit_row, ...
     repeated_keys: DataFrame  # cache, dedup_key
     entries_met: DataFrame | None  # the parent's count and time entries the batch's keys meet
     left_met: DataFrame | None     # the parent's left keys the batch's keys meet
@@ -375,7 +376,7 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
     apama_clocks = {r["cache"]: r["received_at_us"]
                     for r in transforms.kernel_rows(decisions, kernel.CLOCK).collect()} if apama else {}
     queues = transforms.kernel_rows(decisions, kernel.ENTRY).select(*transforms.SNAPSHOT_COLUMNS)
-    return _Decided(verdicts, copies, units, repeated_keys, entries_met, left_met, _union(queues, resting),
+    return _Decided(verdicts, copies, repeated_keys, entries_met, left_met, _union(queues, resting),
                     apama_clocks, tally)
 
 
@@ -404,7 +405,7 @@ def _decide_on_driver(spark: SparkSession, key_rows: pa.Table, parent: _Parent, 
     met = None
     if kernel_entries is not None:
         met = frame(kernel_entries).filter(~F.col("cache").isin(apama or [""]))
-    return _Decided(frame(decision.verdicts), frame(decision.copies), frame(decision.units),
+    return _Decided(frame(decision.verdicts), frame(decision.copies),
                     frame(decision.repeated_keys), met, left_met,
                     frame(decision.apama_entries).select(*transforms.SNAPSHOT_COLUMNS), decision.apama_clocks,
                     _Tally(decision.tally))

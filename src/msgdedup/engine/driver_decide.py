@@ -39,11 +39,10 @@ VERDICT_SCHEMA = pa.schema([
     ("row_id", pa.int64()), ("outcome", pa.string()), ("reason", pa.string()), ("duplicate_of", pa.string()),
     ("cache_seq", pa.int64()), ("error", pa.string()), ("message_id", pa.string()), ("address", pa.string()),
     ("cache", pa.string()), ("dedup_key", pa.string()), ("source_id", pa.string()),
-    ("received_at_us", pa.int64()), ("queue", pa.string()),
+    ("received_at_us", pa.int64()), ("queue", pa.string()), ("unit_row", pa.int64()),
 ])
 assert VERDICT_SCHEMA.names == VERDICT_COLUMNS, "the verdicts of both plans have one shape"
 assert KEY_COLUMNS[-2:] == ["cache", "dedup_key"], "key_columns adds the keys to the message's columns"
-UNIT_SCHEMA = pa.schema([("row_id", pa.int64()), ("unit_row", pa.int64())])
 COPY_SCHEMA = pa.schema([("row_id", pa.int64()), ("error", pa.string())])
 KEY_SCHEMA = pa.schema([("cache", pa.string()), ("dedup_key", pa.string())])
 # What kernel.Decider reads of its stream (transforms.decision_stream's columns).
@@ -63,7 +62,6 @@ class Decision:
 
     verdicts: pa.Table      # VERDICT_SCHEMA: one row per valid message (repeated message ids quarantined)
     copies: pa.Table        # COPY_SCHEMA: the repeated message ids and why (transforms.copies)
-    units: pa.Table         # UNIT_SCHEMA: every message's unit (the window-miss audit)
     repeated_keys: pa.Table  # KEY_SCHEMA: transforms.repeated_keys
     apama_entries: pa.Table  # kernel.OUTPUT_SCHEMA rows of kind ENTRY: the Apama caches' queues
     apama_clocks: dict[str, int | None]
@@ -89,8 +87,6 @@ def decide(keys: pa.Table, entries: pa.Table | None, windows: Mapping[str, Cache
     return Decision(
         verdicts=verdicts,
         copies=pa.table({"row_id": [r for r, _ in copies], "error": [e for _, e in copies]}, schema=COPY_SCHEMA),
-        units=pa.table({"row_id": [m[0] for m, _ in ordered], "unit_row": [u[1] for _, u in ordered]},
-                       schema=UNIT_SCHEMA),
         repeated_keys=_repeated_keys(messages, entries, windows),
         apama_entries=by_kind[kernel.ENTRY],
         apama_clocks=dict(zip(clocks["cache"], clocks["received_at_us"], strict=True)),
@@ -214,7 +210,7 @@ def _verdicts(ordered: list[tuple[tuple, tuple[int, int]]], copies: list[tuple[i
     verdict_of = {row_id: (outcome, reason, duplicate_of, seq) for row_id, outcome, reason, duplicate_of, seq in zip(
         d["row_id"], d["outcome"], d["reason"], d["duplicate_of"], d["cache_seq"], strict=True)}
     columns: dict[str, list] = {name: [] for name in VERDICT_SCHEMA.names}
-    for (row_id, message_id, address, _, _, source_id, cache, key), (unit_us, _) in ordered:
+    for (row_id, message_id, address, _, _, source_id, cache, key), (unit_us, unit_row) in ordered:
         outcome, reason, duplicate_of, seq = verdict_of[row_id]
         entered = None
         if seq is not None and windows[cache].policy != COUNT:
@@ -224,7 +220,8 @@ def _verdicts(ordered: list[tuple[tuple, tuple[int, int]]], copies: list[tuple[i
                             ("duplicate_of", duplicate_of), ("cache_seq", seq), ("error", None),
                             ("message_id", message_id), ("address", address), ("cache", cache),
                             ("dedup_key", key), ("source_id", source_id), ("received_at_us", entered),
-                            ("queue", None)):  # the kernel reports every Apama entry here
+                            ("queue", None),  # the kernel reports every Apama entry here
+                            ("unit_row", unit_row)):
             columns[name].append(value)
     for row_id, error in copies:
         for name in VERDICT_SCHEMA.names:

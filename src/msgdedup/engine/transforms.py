@@ -311,12 +311,14 @@ def kernel_rows(decisions: DataFrame, kind: str) -> DataFrame:
 # -- outputs --------------------------------------------------------------------------------------
 _KERNEL_VERDICT = ["outcome", "reason", "duplicate_of", "cache_seq"]
 VERDICT_COLUMNS = ["row_id", "outcome", "reason", "duplicate_of", "cache_seq", "error",
-                   "message_id", "address", "cache", "dedup_key", "source_id", "received_at_us", "queue"]
+                   "message_id", "address", "cache", "dedup_key", "source_id", "received_at_us", "queue",
+                   "unit_row"]
 
 
 def verdicts(units: DataFrame, decisions: DataFrame, copies: DataFrame, starts: DataFrame) -> DataFrame:
     """One row per valid message: delivered (every uncontested unit), the kernel's verdict, or
-    quarantined as a repeated message_id.
+    quarantined as a repeated message_id; with the message's unit (``unit_row``), which the
+    window-miss audit needs of its acceptances.
 
     An uncontested message's ``cache_seq`` is the parent's counter (``starts``: ``cache``,
     ``last_seq``, ``clock_us``, ``timed``: a time or Apama cache; small, windows.py) + its ``free_rank`` + the contested
@@ -342,7 +344,7 @@ def verdicts(units: DataFrame, decisions: DataFrame, copies: DataFrame, starts: 
                 *[F.when(contested, kernel_says[c]).alias(c) for c in ("reason", "duplicate_of")],
                 F.when(contested, kernel_says["cache_seq"]).otherwise(free_seq).alias("cache_seq"),
                 "message_id", "address", "cache", "dedup_key", "source_id", "unit_us", "clock_us", "timed",
-                F.when(~contested & F.col("quiet"), F.lit(SENDER_QUEUE)).alias("queue"))
+                F.when(~contested & F.col("quiet"), F.lit(SENDER_QUEUE)).alias("queue"), "unit_row")
     )
     timed = (judged
              .withColumn("received_at_us", F.when(F.col("timed") & F.col("cache_seq").isNotNull(),
@@ -352,7 +354,8 @@ def verdicts(units: DataFrame, decisions: DataFrame, copies: DataFrame, starts: 
         "row_id", F.lit(QUARANTINED).alias("outcome"), *[F.lit(None).cast("string").alias(c) for c in (
             "reason", "duplicate_of")], F.lit(None).cast("long").alias("cache_seq"), "error",
         *[F.lit(None).cast("string").alias(c) for c in ("message_id", "address", "cache", "dedup_key", "source_id")],
-        F.lit(None).cast("long").alias("received_at_us"), F.lit(None).cast("string").alias("queue"))
+        F.lit(None).cast("long").alias("received_at_us"), F.lit(None).cast("string").alias("queue"),
+        F.lit(None).cast("long").alias("unit_row"))
     return timed.select(*VERDICT_COLUMNS).unionByName(quarantined.select(*VERDICT_COLUMNS))
 
 
