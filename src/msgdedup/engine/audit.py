@@ -62,18 +62,22 @@ def audit_keys(repeated_keys: DataFrame, left_met: DataFrame | None) -> DataFram
     return keys
 
 
+def _delivered(verdicts: DataFrame) -> DataFrame:
+    """The acceptances among ``verdicts``: delivered, with a key."""
+    return verdicts.filter((F.col("outcome") == kernel.DELIVERED) & F.col("cache").isNotNull())
+
+
 def audited(verdicts: DataFrame, keys: DataFrame) -> DataFrame:
     """The delivered messages of ``keys`` (``audit_keys``): the only ones a window can have
     missed. Few, as ``keys`` are; ``window_misses`` reads them twice, so a caller keeps them."""
-    delivered = verdicts.filter((F.col("outcome") == kernel.DELIVERED) & F.col("cache").isNotNull())
-    return delivered.join(F.broadcast(keys), ["cache", "dedup_key"], "left_semi")
+    return _delivered(verdicts).join(F.broadcast(keys), ["cache", "dedup_key"], "left_semi")
 
 
 def window_misses(audited: DataFrame, verdicts: DataFrame, earlier: DataFrame, bounds: DataFrame,
                   batch_id: str) -> DataFrame:
-    """One row per ``audited`` message (``audited``) whose key had been accepted before on its
-    cache within the reach (§9), with ``needed`` (the window that would have held the earlier
-    acceptance at the message's lookup) and ``missed_by`` (needed - window).
+    """One row per ``audited`` message whose key had been accepted before on its cache within the
+    reach (§9), with ``needed`` (the window that would have held the earlier acceptance at the
+    message's lookup) and ``missed_by`` (needed - window).
 
     ``earlier``: the parent's entries of the audited keys (record and snapshot: disjoint in
     cache_seq); ``verdicts``: every message's, with its unit (``unit_row``: the lookup of a unit
@@ -85,8 +89,7 @@ def window_misses(audited: DataFrame, verdicts: DataFrame, earlier: DataFrame, b
     # A transaction's lookup comes before its first acceptance on each cache; a single message's
     # first acceptance is its own. The other delivered messages of the audited messages'
     # transactions (one pass over the verdicts; the audited units are broadcast):
-    delivered = verdicts.filter((F.col("outcome") == kernel.DELIVERED) & F.col("cache").isNotNull())
-    in_txn = (delivered.filter(F.col("unit_row") != F.col("row_id"))
+    in_txn = (_delivered(verdicts).filter(F.col("unit_row") != F.col("row_id"))
               .join(F.broadcast(audited.select("unit_row").distinct()), "unit_row", "left_semi")
               .groupBy("cache", "unit_row").agg(F.min("cache_seq").alias("txn_first")))
     mine = audited.join(in_txn, ["cache", "unit_row"], "left").select(
