@@ -5,7 +5,7 @@ possible. Nothing here decides an outcome; the reference model's ``_audit`` is t
     parent's left_keys + parent snapshot + this batch's acceptances
         --left_keys--> this batch's left_keys (the horizon's worth of keys that left the window)
     the same, on the delivered messages of keys that can have an earlier acceptance
-    (``audit_keys``, ``audited``) --window_misses--> one row per miss: needed, missed_by
+    (``audit_keys``, ``audited_messages``) --window_misses--> one row per miss: needed, missed_by
     misses --summary--> per cache: misses, largest missed_by, recommended window
 
 Count windows are measured in acceptances (``cache_seq``), time windows in microseconds (the
@@ -67,7 +67,7 @@ def _delivered(verdicts: DataFrame) -> DataFrame:
     return verdicts.filter((F.col("outcome") == kernel.DELIVERED) & F.col("cache").isNotNull())
 
 
-def audited(verdicts: DataFrame, keys: DataFrame) -> DataFrame:
+def audited_messages(verdicts: DataFrame, keys: DataFrame) -> DataFrame:
     """The delivered messages of ``keys`` (``audit_keys``): the only ones a window can have
     missed. Few, as ``keys`` are; ``window_misses`` reads them twice, so a caller keeps them."""
     return _delivered(verdicts).join(F.broadcast(keys), ["cache", "dedup_key"], "left_semi")
@@ -75,9 +75,9 @@ def audited(verdicts: DataFrame, keys: DataFrame) -> DataFrame:
 
 def window_misses(audited: DataFrame, verdicts: DataFrame, earlier: DataFrame, bounds: DataFrame,
                   batch_id: str) -> DataFrame:
-    """One row per ``audited`` message whose key had been accepted before on its cache within the
-    reach (§9), with ``needed`` (the window that would have held the earlier acceptance at the
-    message's lookup) and ``missed_by`` (needed - window).
+    """One row per message of ``audited`` (``audited_messages``) whose key had been accepted
+    before on its cache within the reach (§9), with ``needed`` (the window that would have held
+    the earlier acceptance at the message's lookup) and ``missed_by`` (needed - window).
 
     ``earlier``: the parent's entries of the audited keys (record and snapshot: disjoint in
     cache_seq); ``verdicts``: every message's, with its unit (``unit_row``: the lookup of a unit
