@@ -383,7 +383,7 @@ class _OpenProject:
 # same warehouse opens its own) and put back after; the few most recent are kept.
 _PROJECTS: dict[tuple, _OpenProject] = {}
 _PROJECTS_LOCK = threading.Lock()
-_PROJECTS_KEPT = 12  # four gates of SPARK_VALIDATORS contexts each
+_PROJECTS_KEPT = 4 * len(CHECKED_TABLES)  # four gates of SPARK_VALIDATORS contexts each
 
 
 def _project_state(project_dir: Path) -> tuple:
@@ -428,16 +428,18 @@ def _give_back(project: _OpenProject) -> None:
 
 
 # How many checked tables GX validates at once when it validates Spark tables, once every table is
-# cached. Each validation is a dozen queries of a cached table with a few milliseconds of task time
-# each, whose cost is the driver's planning and scheduling, one query after another: validated one
-# table at a time, the last tables' validations were about 4 s of a 1M batch's 15 s gate with the
-# cores nearly idle (docs/benchmarks.md). While tables are still being computed, the cores are
-# theirs, and validations run one at a time: more at once (their queries go first, in a pool of
-# their own) delayed the last table as much as they saved. GX's Spark data source holds the batch
-# it validates in its execution engine, so each validation at once needs a context (and data
-# source) of its own. A small batch's tables are validated by GX's pandas engine, pure Python
-# under one lock: one context.
-SPARK_VALIDATORS = 3
+# cached: all of them. Each validation is a dozen queries of a cached table with a few milliseconds
+# of task time each, whose cost is the driver's planning and scheduling, one query after another:
+# validated one table at a time, the last tables' validations were about 4 s of a 1M batch's 15 s
+# gate with the cores nearly idle; three at a time, the table cached last (``key_window``) waited
+# for one of the three to finish, and its validation ended the gate 2.2-2.4 s after the last table
+# was cached, against 1.7-1.9 s with a context for every table (docs/benchmarks.md). While tables
+# are still being computed, the cores are theirs, and validations run one at a time: more at once
+# (their queries go first, in a pool of their own) delayed the last table as much as they saved.
+# GX's Spark data source holds the batch it validates in its execution engine, so each validation
+# at once needs a context (and data source) of its own. A small batch's tables are validated by
+# GX's pandas engine, pure Python under one lock: one context.
+SPARK_VALIDATORS = len(CHECKED_TABLES)
 
 
 def _validators(on_driver: bool) -> int:
