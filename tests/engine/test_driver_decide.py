@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from msgdedup import reference_model as model
 from msgdedup.config import APAMA, parse_settings
-from msgdedup.engine import driver_decide, transforms, windows
+from msgdedup.engine import batch, driver_decide, manifest, transforms, windows
 from msgdedup.engine.parsing import LINE_BITS
 from msgdedup.reference_model import RawLine, ReferenceModel
 
@@ -40,17 +40,28 @@ def _keys(lines: list[RawLine], settings_) -> tuple[pa.Table, list[str]]:
 
 
 def _decide(lines: list[RawLine], settings_, parent: model.BatchResult | None) -> driver_decide.Decision:
+    return _decide_and_snapshot(lines, settings_, parent)[0]
+
+
+def _decide_and_snapshot(lines: list[RawLine], settings_, parent: model.BatchResult | None
+                         ) -> tuple[driver_decide.Decision, pa.Table]:
+    """The batch's decision and its new ID cache (driver_decide.snapshot), as batch.py makes them."""
     keys, files = _keys(lines, settings_)
     keyed = {(a, c.startswith("BRIDGE.")) for a, c in zip(keys["address"].to_pylist(), keys["cache"].to_pylist(),
                                                           strict=True) if c is not None}
     caches = windows.resolve(settings_, _parent_caches(parent), keyed)
-    entries = None
+    apama = windows.of_policy(caches, APAMA)
+    entries = snapshot = None
     if parent is not None:  # as batch.py reads them: the parent's carried entries, then those its keys meet
         snapshot = pa.Table.from_pylist(
             [{name: e.get(name) for name in transforms.SNAPSHOT_ARROW_SCHEMA.names} for e in parent.snapshot_entries()
              if caches[e["cache"]].carried], schema=transforms.SNAPSHOT_ARROW_SCHEMA)
-        entries = driver_decide.entries_met(snapshot, driver_decide.batch_keys(keys), windows.of_policy(caches, APAMA))
-    return driver_decide.decide(keys, entries, caches, "b1", files)
+        entries = driver_decide.entries_met(snapshot, driver_decide.batch_keys(keys), apama)
+    decision = driver_decide.decide(keys, entries, caches, "b1", files)
+    tally = batch._Tally(decision.tally)
+    counters = manifest.cache_counters(caches, tally.accepted_per_cache(), tally.clocks(caches, decision.apama_clocks))
+    limits = {name: transforms.snapshot_limits(c) for name, c in counters.items() if c["policy"] != APAMA}
+    return decision, driver_decide.snapshot(decision.verdicts, snapshot, apama, limits, decision.apama_entries, "b1")
 
 
 def _outcomes(decision: driver_decide.Decision) -> tuple[dict, list]:
@@ -69,7 +80,7 @@ def test_the_driver_decides_like_the_model(tmp_path_factory, first, second, conf
     lines = write_batch(directory / "1", second)
     settings_ = parse_settings(CONFIGS[configs[1]])
     expected = oracle.run_batch("b1", lines, settings_)
-    decision = _decide(lines, settings_, parent)
+    decision, new_snapshot = _decide_and_snapshot(lines, settings_, parent)
 
     outcomes, copies = _outcomes(decision)
     want = {r["message_id"]: ("delivered", None, r["cache_seq"]) for r in expected.delivered}
@@ -83,6 +94,10 @@ def test_the_driver_decides_like_the_model(tmp_path_factory, first, second, conf
                          for e in expected.snapshot_entries() if e["cache"] in apama)
     # the tally counts every verdict once
     assert sum(r["count"] for r in decision.tally) == decision.verdicts.num_rows
+    # the new ID cache, as the driver writes it, is the model's
+    columns = transforms.SNAPSHOT_ARROW_SCHEMA.names
+    assert sorted(new_snapshot.to_pylist(), key=repr) == sorted(
+        ({name: e.get(name) for name in columns} for e in expected.snapshot_entries()), key=repr)
 
 
 def test_a_transaction_is_one_unit_at_its_last_message(tmp_path):
