@@ -60,8 +60,8 @@ def _decide_and_snapshot(lines: list[RawLine], settings_, parent: model.BatchRes
     decision = driver_decide.decide(keys, entries, caches, "b1", files)
     tally = batch._Tally(decision.tally)
     counters = manifest.cache_counters(caches, tally.accepted_per_cache(), tally.clocks(caches, decision.apama_clocks))
-    limits = {name: transforms.snapshot_limits(c) for name, c in counters.items() if c["policy"] != APAMA}
-    return decision, driver_decide.snapshot(decision.verdicts, snapshot, apama, limits, decision.apama_entries, "b1")
+    return decision, driver_decide.snapshot(decision.verdicts, snapshot, apama, batch.snapshot_limits(counters),
+                                            decision.apama_entries, "b1")
 
 
 def _outcomes(decision: driver_decide.Decision) -> tuple[dict, list]:

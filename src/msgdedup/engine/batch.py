@@ -488,8 +488,7 @@ def _new_snapshot(spark: SparkSession, decided: _Decided, parent: _Parent, entri
     a job of 1.3-1.5 s, which made the batches after the cache filled 1.15x the first
     (docs/benchmarks.md)."""
     if decided.on_driver is not None and (parent.counted is None or parent.on_driver is not None):
-        limits = {name: transforms.snapshot_limits(c) for name, c in caches.items() if c["policy"] != APAMA}
-        return driver_decide.snapshot(decided.on_driver.verdicts, parent.on_driver, apama, limits,
+        return driver_decide.snapshot(decided.on_driver.verdicts, parent.on_driver, apama, snapshot_limits(caches),
                                       decided.on_driver.apama_entries, batch_id)
     return transforms.snapshot(entries, _limits(spark, caches), decided.apama_entries, queued=bool(apama))
 
@@ -647,11 +646,17 @@ def _sender_windows(spark: SparkSession, windows: dict[str, cache_windows.CacheW
                                if w.policy == APAMA], "cache string, per_source_window long")
 
 
+def snapshot_limits(caches: dict[str, dict]) -> dict[str, tuple[int | None, int | None]]:
+    """Per count or time cache (``caches``: the manifest's, after the batch), the limits of its
+    snapshot (``transforms.snapshot``): the highest cache_seq that has left it by count, the
+    oldest instant it still holds by time (None: no such limit). Apama caches are not listed: the
+    kernel reports their queues."""
+    return {name: transforms.snapshot_limits(c) for name, c in caches.items() if c["policy"] != APAMA}
+
+
 def _limits(spark: SparkSession, caches: dict[str, dict]) -> DataFrame:
-    """Per count or time cache, the limits of its snapshot (``transforms.snapshot``): the highest
-    cache_seq that has left it by count, the oldest instant it still holds by time (null: no such
-    limit). Apama caches are not listed: the kernel reports their queues."""
-    rows = [(name, *transforms.snapshot_limits(c)) for name, c in caches.items() if c["policy"] != APAMA]
+    """``snapshot_limits`` as a frame: ``cache``, ``floor``, ``oldest_us``."""
+    rows = [(name, *limits) for name, limits in snapshot_limits(caches).items()]
     return local_frame(spark, rows, "cache string, floor long, oldest_us long")
 
 
