@@ -24,7 +24,7 @@ from msgdedup.engine import kernel, windows
 from msgdedup.engine.batch import run_batch
 from msgdedup.engine.planning import (
     BROADCAST_HEAP_SHARE_CONF, DRIVER_DECIDE_LINES_CONF, DRIVER_KERNEL_ROWS_CONF, DRIVER_READ_BYTES_CONF,
-    DRIVER_SNAPSHOT_ROWS_CONF, SMALL_INPUT_BYTES_CONF,
+    DRIVER_SNAPSHOT_ROWS_CONF, LINE_LOOKUP_HEAP_SHARE_CONF, SMALL_INPUT_BYTES_CONF,
 )
 from msgdedup.engine.filesystem import HadoopFS
 from msgdedup.engine.lease import WarehouseBusy
@@ -188,7 +188,7 @@ def _entry_order(entry: dict) -> tuple:
 
 
 # -- engine vs model (real Spark) -------------------------------------------------------------------
-@pytest.fixture(params=["driver", "collected", "small", "large"])
+@pytest.fixture(params=["driver", "collected", "small", "large", "by line"])
 def planned(request, spark):
     """Each engine-vs-model test runs a quarter of its examples decided on the driver, as the
     small batches they are (planning.decides_on_driver), with the parent's snapshot read there
@@ -198,19 +198,23 @@ def planned(request, spark):
     (planning.kernel_on_driver), all three read and parsed on the driver (planning.reads_on_driver);
     and a quarter read and parsed by Spark and planned as large data (adaptive execution, the
     session's shuffle partitions: planning.session_for) whose joins are too big for the driver to
-    broadcast (planning.broadcast_rows) and whose kernel runs in a Spark task, so every plan is
-    held to the model."""
+    broadcast (planning.broadcast_rows) and whose kernel runs in a Spark task, as the delivered
+    verdicts join the messages by a shuffle ("large") or by line number ("by line":
+    planning.looks_up_by_line), so every plan is held to the model."""
     if request.param == "collected":
         spark.conf.set(DRIVER_SNAPSHOT_ROWS_CONF, "-1")
     if request.param not in ("driver", "collected"):
         spark.conf.set(DRIVER_DECIDE_LINES_CONF, "-1")
     if request.param == "large":
+        spark.conf.set(LINE_LOOKUP_HEAP_SHARE_CONF, "0")
+    if request.param in ("large", "by line"):
         spark.conf.set(DRIVER_READ_BYTES_CONF, "-1")
         spark.conf.set(SMALL_INPUT_BYTES_CONF, "-1")
         spark.conf.set(BROADCAST_HEAP_SHARE_CONF, "0")
         spark.conf.set(DRIVER_KERNEL_ROWS_CONF, "-1")
     yield spark
     spark.conf.unset(DRIVER_SNAPSHOT_ROWS_CONF)
+    spark.conf.unset(LINE_LOOKUP_HEAP_SHARE_CONF)
     spark.conf.unset(DRIVER_KERNEL_ROWS_CONF)
     spark.conf.unset(BROADCAST_HEAP_SHARE_CONF)
     spark.conf.unset(SMALL_INPUT_BYTES_CONF)

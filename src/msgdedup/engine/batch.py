@@ -27,12 +27,12 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
 from msgdedup import __version__, exit_codes
 from msgdedup.config import APAMA, COUNT, TIME, AddressSettings, ConfigError, load_settings
-from msgdedup.engine import audit, driver_decide, kernel, manifest as manifests, parsing, transforms, \
-    windows as cache_windows
+from msgdedup.engine import audit, driver_decide, kernel, line_lookup, manifest as manifests, parsing, \
+    transforms, windows as cache_windows
 from msgdedup.engine.filesystem import HadoopFS
 from msgdedup.engine.planning import (
     BROADCAST_ROW_BYTES, OUTPUT_VERDICT_BYTES, application_settings, broadcast_rows, decides_on_driver,
-    kernel_on_driver, reads_on_driver, session_for, snapshot_on_driver,
+    kernel_on_driver, looks_up_by_line, reads_on_driver, session_for, snapshot_on_driver,
 )
 from msgdedup.engine.reading import InputError, list_input_files, plain_json_lines, read_lines, read_on_driver
 from msgdedup.engine.lease import WarehouseBusy
@@ -214,8 +214,9 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
 
     # 3. stage the outputs: each output joins the verdicts it keeps to the wide rows. A batch
     # decided in Spark joins narrow verdicts (a million fit a broadcast) to messages that bring
-    # their own cache keys; the driver's plan has its verdicts in local tables, which bring the
-    # keys along where the messages' would be a join, and a Spark job, per output.
+    # their own cache keys, or gives the delivered ones their verdicts by line number; the
+    # driver's plan has its verdicts in local tables, which bring the keys along where the
+    # messages' would be a join, and a Spark job, per output.
     verdicts = decided.verdicts
     keys_in_verdicts = decide is _decide_on_driver
     messages = valid if keys_in_verdicts else with_keys
@@ -225,9 +226,15 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
                                    BROADCAST_ROW_BYTES if keys_in_verdicts else OUTPUT_VERDICT_BYTES,
                                    otherwise="shuffle_hash")
 
+    # A batch decided in Spark gives its messages their delivered verdicts by line number, where
+    # the arrays fit the driver (line_lookup.py); else they are joined, broadcast when they fit.
+    instants = any(w.policy != COUNT for w in windows.values())
+    lookup = (_lookup(spark, verdicts, instants)
+              if not keys_in_verdicts and looks_up_by_line(spark, input_lines, instants) else None)
     entries = _union(transforms.acceptances(verdicts, txn.batch_id), parent.counted)
     staged = {
-        "delivered": transforms.delivered(messages, verdicts_of(kernel.DELIVERED)),
+        "delivered": transforms.delivered(messages, verdicts_of(kernel.DELIVERED)) if lookup is None
+        else line_lookup.delivered(messages, lookup),
         "dropped": transforms.dropped(messages, verdicts_of(kernel.DROPPED)),
         "quarantine": transforms.quarantine(
             invalid, valid, decided.copies if tally.of(transforms.QUARANTINED) else None),
@@ -491,6 +498,19 @@ def _new_snapshot(spark: SparkSession, decided: _Decided, parent: _Parent, entri
         return driver_decide.snapshot(decided.on_driver.verdicts, parent.on_driver, apama, snapshot_limits(caches),
                                       decided.on_driver.apama_entries, batch_id)
     return transforms.snapshot(entries, _limits(spark, caches), decided.apama_entries, queued=bool(apama))
+
+
+def _lookup(spark: SparkSession, verdicts: DataFrame, instants: bool) -> DataFrame | None:
+    """The delivered ``verdicts`` as line_lookup.by_line's arrays (collected: a job, and 16 bytes
+    a message on the driver, 24 with ``instants``), or None where they do not fit them."""
+    chosen = transforms.verdicts_for(verdicts, kernel.DELIVERED).select(
+        "row_id", "cache_seq", *(["received_at_us"] if instants else []))
+    table = line_lookup.by_line(chosen.toArrow())
+    try:
+        return None if table is None else spark.createDataFrame(table, line_lookup.LOOKUP_SPARK_SCHEMA)
+    finally:
+        del table
+        pa.default_memory_pool().release_unused()  # the collected verdicts: not kept for the writes
 
 
 def _union(first: DataFrame, *others: DataFrame | None) -> DataFrame:

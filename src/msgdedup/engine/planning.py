@@ -174,10 +174,37 @@ BROADCAST_HEAP_SHARE_CONF = "spark.msgdedup.broadcastHeapShare"
 OUTPUT_VERDICT_BYTES = 104
 
 
+# A batch decided in Spark gives its messages their delivered verdicts by line number
+# (engine/line_lookup.py) when one array per file fits this share of the driver's heap, rather
+# than joining the verdicts: a broadcast of about 104 bytes a verdict up to a million messages
+# (BROADCAST_ROW_BYTES), above that a shuffle of both sides, the wide messages too. The driver's
+# JVM holds the arrays about three times while the output is written (the frame it was given, the
+# broadcast relation, its serialized blocks): LINE_LOOKUP_BYTES a line, twice that where a cache
+# keeps instants. A 1M batch's arrays take 24 MiB where its broadcast verdicts took 96 MiB; with
+# a 1g driver a 5M batch's would take 115 MiB, and its peak memory went up by as much (from 1,529-
+# 1,585 MiB to 1,700-1,800) for a write 10 s shorter, so it keeps the shuffle (docs/benchmarks.md).
+# 0 turns the lookup off.
+LINE_LOOKUP_BYTES = 24
+LINE_LOOKUP_HEAP_SHARE = 0.1
+LINE_LOOKUP_HEAP_SHARE_CONF = "spark.msgdedup.lineLookupHeapShare"
+
+
+def looks_up_by_line(spark: SparkSession, input_lines: int, instants: bool) -> bool:
+    """Whether a batch of ``input_lines`` lines decided in Spark gets its delivered verdicts by
+    line number (``instants``: a cache keeps them, a second array): the same rows either way (the
+    engine-vs-model property tests run both), not the same cost."""
+    line_bytes = LINE_LOOKUP_BYTES * (2 if instants else 1)
+    return input_lines * line_bytes <= _heap_share(spark, LINE_LOOKUP_HEAP_SHARE_CONF, LINE_LOOKUP_HEAP_SHARE)
+
+
+def _heap_share(spark: SparkSession, conf: str, default: float) -> int:
+    """Bytes of the driver's heap that the share ``conf`` (``default`` unless set) is."""
+    share = float(spark.conf.get(conf, str(default)))
+    return int(spark.sparkContext._jvm.java.lang.Runtime.getRuntime().maxMemory() * share)
+
+
 def broadcast_rows(spark: SparkSession, row_bytes: int = BROADCAST_ROW_BYTES) -> int:
     """Rows of ``row_bytes`` (BROADCAST_ROW_BYTES unless the frame is narrower) that the broadcast
     share of the driver's heap holds: a frame of at most this many rows is joined as a broadcast.
     Same outcome either way (the engine-vs-model property tests run both), not the same cost."""
-    share = float(spark.conf.get(BROADCAST_HEAP_SHARE_CONF, str(BROADCAST_HEAP_SHARE)))
-    heap = spark.sparkContext._jvm.java.lang.Runtime.getRuntime().maxMemory()
-    return int(heap * share) // row_bytes
+    return _heap_share(spark, BROADCAST_HEAP_SHARE_CONF, BROADCAST_HEAP_SHARE) // row_bytes

@@ -1,0 +1,75 @@
+"""line_lookup.py on tiny frames: the delivered output by line number has transforms.delivered's
+rows, whatever the files, gaps, nulls and instants; the engine-vs-model property tests run it on
+whole batches ("by line")."""
+
+import pyarrow as pa
+import pytest
+
+from msgdedup.engine import line_lookup, transforms
+from msgdedup.engine.parsing import LINE_BITS
+
+MESSAGES = ("row_id long, message_id string, address string, received_at timestamp, properties map<string,string>, "
+            "txn_id string, source_id string, seq long, body string, extra_fields map<string,string>, "
+            "source_file string, line_number long, error string, raw_line string, cache string, dedup_key string")
+VERDICTS = pa.schema([("row_id", pa.int64()), ("cache_seq", pa.int64()), ("received_at_us", pa.int64())])
+
+
+def _message(file_index: int, line: int, cache: str | None = "c") -> tuple:
+    return ((file_index << LINE_BITS) | line, f"m{file_index}-{line}", "a", None, {"k": "v"}, None, None, line,
+            f"body {line}", {}, f"f{file_index}.jsonl", line, None, None, cache, None if cache is None else f"k{line}")
+
+
+def _both(spark, messages: list[tuple], verdicts: list[tuple], instants: bool = True) -> tuple[list, list]:
+    """(transforms.delivered's rows, line_lookup.delivered's rows), in the order each writes them."""
+    frame = spark.createDataFrame(messages, MESSAGES)
+    table = pa.Table.from_pylist([dict(zip(VERDICTS.names, v, strict=True)) for v in verdicts], VERDICTS)
+    joined = transforms.delivered(frame, spark.createDataFrame(table))
+    lookup = line_lookup.by_line(table if instants else table.drop_columns("received_at_us"))
+    by_line = line_lookup.delivered(frame, spark.createDataFrame(lookup, line_lookup.LOOKUP_SPARK_SCHEMA))
+    assert by_line.schema == joined.schema
+    return sorted(joined.collect()), by_line.collect()
+
+
+def test_each_delivered_line_gets_its_own_verdict_in_every_file(spark):
+    """Three files, one without a delivered line; lines with no verdict (an invalid line, a
+    dropped message) between and after delivered ones; a message without a key (no cache_seq);
+    instants on some verdicts only."""
+    messages = [_message(0, 1), _message(0, 2), _message(0, 4, cache=None), _message(0, 5),
+                _message(1, 1), _message(1, 2), _message(1, 3), _message(2, 7)]
+    verdicts = [((0 << LINE_BITS) | 1, 11, None), ((0 << LINE_BITS) | 4, None, None), ((0 << LINE_BITS) | 2, 12, 900),
+                ((1 << LINE_BITS) | 2, 3, 1_000_000_000_000_000)]  # (0, 5), (1, 1), (1, 3), (2, 7): not delivered
+    joined, by_line = _both(spark, messages, verdicts)
+    assert [(r["line_number"], r["cache_seq"], r["entered_at_us"]) for r in joined] == \
+        [(1, 11, None), (2, 12, 900), (4, None, None), (2, 3, 1_000_000_000_000_000)]
+    assert sorted(by_line) == joined
+    # read once, in the messages' order: no shuffle put them out of it
+    assert [r["message_id"] for r in by_line] == ["m0-1", "m0-2", "m0-4", "m1-2"]
+
+
+def test_a_count_window_needs_no_instants(spark):
+    """Without a time or Apama cache no verdict has an instant: no array for them, and every
+    delivered row's entered_at_us is null, as the join gives it."""
+    messages = [_message(0, line) for line in range(1, 6)]
+    verdicts = [((0 << LINE_BITS) | line, 100 + line, None) for line in (5, 1, 3)]
+    table = pa.Table.from_pylist([dict(zip(VERDICTS.names, v, strict=True)) for v in verdicts], VERDICTS)
+    assert line_lookup.by_line(table.drop_columns("received_at_us"))["entered_at_us"].null_count == 1
+    assert line_lookup.by_line(table)["entered_at_us"].null_count == 1  # a column of nulls: no instant either
+    joined, by_line = _both(spark, messages, verdicts, instants=False)
+    assert sorted(by_line) == joined
+    assert [r["cache_seq"] for r in by_line] == [101, 103, 105]
+
+
+@pytest.mark.parametrize("verdicts", [[], [(7, 1, None)]])
+def test_the_arrays_hold_one_row_per_file_with_a_delivered_line(verdicts):
+    table = pa.Table.from_pylist([dict(zip(VERDICTS.names, v, strict=True)) for v in verdicts], VERDICTS)
+    lookup = line_lookup.by_line(table)
+    assert lookup.num_rows == len(verdicts)
+    if verdicts:
+        assert lookup.to_pylist() == [{"file_index": 0, "cache_seq": [None] * 6 + [1], "entered_at_us": None}]
+
+
+def test_a_sequence_number_the_arrays_cannot_tell_from_none_is_joined_instead():
+    """NO_SEQ marks a delivered message without a cache_seq; a verdict numbered so (never, by §3)
+    makes by_line decline rather than deliver it without its number."""
+    table = pa.Table.from_pylist([{"row_id": 1, "cache_seq": line_lookup.NO_SEQ, "received_at_us": None}], VERDICTS)
+    assert line_lookup.by_line(table) is None
