@@ -506,11 +506,10 @@ def _lookup(spark: SparkSession, verdicts: DataFrame, instants: bool) -> DataFra
     chosen = transforms.verdicts_for(verdicts, kernel.DELIVERED).select(
         "row_id", "cache_seq", *(["received_at_us"] if instants else []))
     table = line_lookup.by_line(chosen.toArrow())
-    try:
-        return None if table is None else spark.createDataFrame(table, line_lookup.LOOKUP_SPARK_SCHEMA)
-    finally:
-        del table
-        pa.default_memory_pool().release_unused()  # the collected verdicts: not kept for the writes
+    lookup = None if table is None else spark.createDataFrame(table, line_lookup.LOOKUP_SPARK_SCHEMA)
+    del table  # the JVM has the arrays now; the driver keeps neither them nor the verdicts for the writes
+    pa.default_memory_pool().release_unused()
+    return lookup
 
 
 def _union(first: DataFrame, *others: DataFrame | None) -> DataFrame:

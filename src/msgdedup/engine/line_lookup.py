@@ -99,7 +99,7 @@ def delivered(messages: DataFrame, lookup: DataFrame) -> DataFrame:
     """``transforms.delivered``'s rows: the valid ``messages`` (with their cache keys) whose line
     has a delivered verdict in ``lookup`` (``by_line``, few rows: broadcast), with its
     ``cache_seq`` and ``entered_at_us``. The messages are read once and keep their order."""
-    line = F.col("line_number").cast("int")
+    line = F.col("line_number").try_cast("int")  # past an array's reach: null, as past its end
     at = lambda column: F.try_element_at(F.col(column), line)  # noqa: E731 - null past the array's end
     seq = at("cache_seq")
     return (messages.drop("error", "raw_line")

@@ -177,13 +177,13 @@ OUTPUT_VERDICT_BYTES = 104
 # A batch decided in Spark gives its messages their delivered verdicts by line number
 # (engine/line_lookup.py) when one array per file fits this share of the driver's heap, rather
 # than joining the verdicts: a broadcast of about 104 bytes a verdict up to a million messages
-# (BROADCAST_ROW_BYTES), above that a shuffle of both sides, the wide messages too. The driver's
-# JVM holds the arrays about three times while the output is written (the frame it was given, the
-# broadcast relation, its serialized blocks): LINE_LOOKUP_BYTES a line, twice that where a cache
-# keeps instants. A 1M batch's arrays take 24 MiB where its broadcast verdicts took 96 MiB; with
-# a 1g driver a 5M batch's would take 115 MiB, and its peak memory went up by as much (from 1,529-
-# 1,585 MiB to 1,700-1,800) for a write 10 s shorter, so it keeps the shuffle (docs/benchmarks.md).
-# 0 turns the lookup off.
+# (OUTPUT_VERDICT_BYTES), above that a shuffle of both sides, the wide messages too. The driver's
+# JVM holds the arrays (8 bytes a line) about three times while the output is written (the frame
+# it was given, the broadcast relation, its serialized blocks): LINE_LOOKUP_BYTES a line, twice
+# that where a cache keeps instants. A 1M batch's take 24 MiB where its broadcast verdicts took
+# 96 MiB. With a 1g driver a 5M batch's would take 115 MiB, and its peak memory went up by more
+# than that (from 1,529-1,585 MiB to 1,700-1,800) for a write 10 s shorter, so with a 1g driver it
+# keeps the shuffle (docs/benchmarks.md). 0 turns the lookup off.
 LINE_LOOKUP_BYTES = 24
 LINE_LOOKUP_HEAP_SHARE = 0.1
 LINE_LOOKUP_HEAP_SHARE_CONF = "spark.msgdedup.lineLookupHeapShare"
