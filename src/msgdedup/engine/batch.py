@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
 from msgdedup import __version__, exit_codes
-from msgdedup.config import APAMA, COUNT, TIME, AddressSettings, ConfigError, load_settings
+from msgdedup.config import APAMA, TIME, AddressSettings, ConfigError, load_settings
 from msgdedup.engine import audit, driver_decide, kernel, line_lookup, manifest as manifests, parsing, \
     transforms, windows as cache_windows
 from msgdedup.engine.filesystem import HadoopFS
@@ -228,7 +228,7 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
 
     # A batch decided in Spark gives its messages their delivered verdicts by line number, where
     # the arrays fit the driver (line_lookup.py); else they are joined, broadcast when they fit.
-    instants = any(w.policy != COUNT for w in windows.values())
+    instants = any(w.timed for w in windows.values())
     lookup = (_lookup(spark, verdicts, instants)
               if not keys_in_verdicts and looks_up_by_line(spark, input_lines, instants) else None)
     entries = _union(transforms.acceptances(verdicts, txn.batch_id), parent.counted)
@@ -655,7 +655,7 @@ def _broadcast_if_small(frame: DataFrame, rows: int, row_bytes: int = BROADCAST_
 
 def _starts(spark: SparkSession, windows: dict[str, cache_windows.CacheWindow]) -> DataFrame:
     """Per cache, where it starts: its counter and time, and whether it keeps instants."""
-    return local_frame(spark, [(name, w.last_seq, w.clock_us, w.policy != COUNT) for name, w in windows.items()],
+    return local_frame(spark, [(name, w.last_seq, w.clock_us, w.timed) for name, w in windows.items()],
                        "cache string, last_seq long, clock_us long, timed boolean")
 
 

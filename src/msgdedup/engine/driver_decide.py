@@ -26,7 +26,7 @@ from typing import Mapping
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from msgdedup.config import APAMA, COUNT
+from msgdedup.config import APAMA
 from msgdedup.engine import kernel
 from msgdedup.engine.transforms import KEY_COLUMNS, QUARANTINED, SNAPSHOT_ARROW_SCHEMA, VERDICT_COLUMNS
 from msgdedup.engine.parsing import LINE_BITS
@@ -250,7 +250,7 @@ def _verdicts(ordered: list[tuple[tuple, tuple[int, int]]], copies: list[tuple[i
     for (row_id, message_id, address, _, _, source_id, cache, key), (unit_us, unit_row) in ordered:
         outcome, reason, duplicate_of, seq = verdict_of[row_id]
         entered = None
-        if seq is not None and windows[cache].policy != COUNT:
+        if seq is not None and windows[cache].timed:
             clock = windows[cache].clock_us
             entered = unit_us if clock is None else max(unit_us, clock)
         for name, value in (("row_id", row_id), ("outcome", outcome), ("reason", reason),

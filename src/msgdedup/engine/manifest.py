@@ -15,7 +15,6 @@ import json
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from msgdedup.config import COUNT
 from msgdedup.engine.reading import InputFile
 from msgdedup.engine.windows import CacheWindow, record
 
@@ -46,7 +45,7 @@ def cache_counters(windows: Mapping[str, CacheWindow], accepted: Mapping[str, in
         # of an address none of its keys come from any more (an empty cache is carried unchanged)
         cache = {"address": w.address, "addresses": [], **record(w.setting), "entries": 0,
                  "last_seq": w.last_seq + accepted.get(name, 0)}
-        if w.policy != COUNT:
+        if w.timed:
             cache["clock_us"] = clocks.get(name)
         caches[name] = cache
     return caches

@@ -41,6 +41,11 @@ class CacheWindow:
         return self.setting.policy
 
     @property
+    def timed(self) -> bool:
+        """Its acceptances enter at an instant and it keeps a time (§8.4): a time or Apama cache."""
+        return self.policy != COUNT
+
+    @property
     def floor_size(self) -> int | None:
         """The count limit (count: id_cache_size, time: its optional cap); None: no count limit."""
         return None if self.policy == APAMA else self.setting.id_cache_size
