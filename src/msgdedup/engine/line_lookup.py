@@ -47,8 +47,8 @@ def by_line(verdicts: pa.Table) -> pa.Table | None:
     """The delivered ``verdicts`` (``row_id``, ``cache_seq`` and, where a cache keeps instants,
     ``received_at_us``: ``transforms.verdicts_for``) as LOOKUP_SCHEMA; None when they do not fit
     Spark's arrays, or a cache_seq is not above NO_SEQ (then the caller joins them as before).
-    Read a chunk at a time into one preallocated array per file and column: the driver holds the
-    collected verdicts and the arrays, no copy of the whole of either."""
+    Read a chunk at a time into one preallocated array per file and column, so no temporary of
+    the whole verdicts is made; the arrays are copied once more into the list column."""
     chunks = verdicts.to_batches()
     sizes: dict[int, int] = {}  # file index -> its last delivered line
     for chunk in chunks:
