@@ -291,6 +291,9 @@ def test_execute_wires_scenarios_history_airflow_and_targets(tmp_path, monkeypat
     in_one_app = base["runs"]["process_batch"]
     assert (in_one_app["engine_s"], in_one_app["gate_s"], in_one_app["gate_over_dedup"]) == (9.5, 2.5, 0.263)
     assert in_one_app["note"] == "gate passed"
+    assert calls[0] == "warm-up-copy", "an untimed copy first, so no contender runs on a cold disk"
+    assert results["warm_up"]["wall_s"] == 10.0 and "warm-up" not in json.dumps(results["scenarios"])
+    calls = calls[1:]
     assert [c.rsplit("-", 1)[-1] for c in calls[:6]] == [
         "copy", "ours", "naive", "streaming", "gx_gate", "process_batch"]
     assert commands[calls[5]][-9].endswith("spark_apps/process_batch.py"), "the DAG's application, on the same input"

@@ -177,6 +177,14 @@ class Bench:
         d.parent.mkdir(parents=True, exist_ok=True)
         return d
 
+    def warm_up(self, messages: int) -> dict[str, Any]:
+        """One untimed copy of the first input before anything is measured: the first JVM after
+        a reboot reads Spark's jars and the input from disk (a 1M copy took 21.1 s cold against
+        9-15 s warm), which would make whichever contender runs first look slow."""
+        inp = self.input_dir(messages, 0.0)
+        return self.run("warm-up-copy", self.spark_submit(
+            PEERS_DIR / "copy_peer.py", "--input", inp, "--output", self.fresh("warm-up")), messages)
+
     # ------------------------------------------------------------ scenarios
     def single(self, messages: int, hot_share: float, cache_size: int, peers: tuple[str, ...],
                copy_from: dict | None = None, policy: str = "count", audit: bool = False) -> dict[str, Any]:
@@ -391,6 +399,7 @@ class Bench:
             "machine": report.machine(), "versions": report.versions(), "scenarios": [],
         }
         sc = self.scale
+        results["warm_up"] = self.warm_up(sc.sizes[0])
         all_peers = ("copy", "ours", "naive", "streaming", "gx_gate", "process_batch")
         for n in sc.sizes:
             peers = all_peers if n == sc.sizes[0] else sc.more_sizes_peers

@@ -187,7 +187,9 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [
         f"Run {results['started_at']} – scale `{results['scale']}`, master `{results['master']}`; "
         f"{m['cores']} cores, {m['memory_bytes'] / 2**30:.1f} GiB, {m['cpu_model']}; load average at "
-        f"start {', '.join(f'{x:.1f}' for x in m['load_average_at_start'])}.",
+        f"start {', '.join(f'{x:.1f}' for x in m['load_average_at_start'])}"
+        + (f"; an untimed copy of the first input ran first ({results['warm_up']['wall_s']:.1f} s), so no "
+           "contender starts on a cold disk." if results.get("warm_up", {}).get("wall_s") else "."),
         f"Spark {v['spark']}, Python {v['python']}, Airflow {v['airflow']}, "
         f"Great Expectations {v['great_expectations']}, Java: {v.get('java') or 'unknown'}.",
         "",

@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 from msgdedup.config import APAMA
 from msgdedup.engine import kernel
 from msgdedup.engine.transforms import KEY_COLUMNS, QUARANTINED, SNAPSHOT_ARROW_SCHEMA, VERDICT_COLUMNS
-from msgdedup.engine.parsing import LINE_BITS
+from msgdedup.engine.parsing import LINE_BITS, LINE_MASK
 from msgdedup.engine.windows import CacheWindow
 from msgdedup.envelope import BRIDGE_DUPLICATE_ID_PROPERTY, DUPLICATE_ID_PROPERTY
 from msgdedup.keys import bridge_cache_name
@@ -187,7 +187,7 @@ def _first_copies(rows: list[tuple], source_files: list[str]) -> tuple[list[tupl
             messages.append(row)
         else:
             file = source_files[first_row >> LINE_BITS]
-            line = first_row & ((1 << LINE_BITS) - 1)
+            line = first_row & LINE_MASK
             copies.append((row_id, f"duplicate message_id '{message_id}' (first at {file}:{line})"))
     return messages, copies
 

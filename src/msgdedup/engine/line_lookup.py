@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from msgdedup.engine.parsing import LINE_BITS
+from msgdedup.engine.parsing import LINE_BITS, LINE_MASK
 from msgdedup.engine.transforms import KEYS, MESSAGE_COLUMNS
 
 # A delivered message without a cache_seq (it has no key): a cache_seq counts acceptances from 1.
@@ -40,7 +40,6 @@ LOOKUP_SCHEMA = pa.schema([
 LOOKUP_SPARK_SCHEMA = from_arrow_schema(LOOKUP_SCHEMA)
 # A Spark array holds at most this many elements, and a list column's offsets are 32-bit.
 _MAX_ELEMENTS = (1 << 31) - 16
-_LINE_MASK = (1 << LINE_BITS) - 1
 
 
 def by_line(verdicts: pa.Table) -> pa.Table | None:
@@ -55,7 +54,7 @@ def by_line(verdicts: pa.Table) -> pa.Table | None:
         row_id = chunk["row_id"].to_numpy()
         files = row_id >> LINE_BITS
         for index in np.unique(files):
-            last = int((row_id[files == index] & _LINE_MASK).max())
+            last = int((row_id[files == index] & LINE_MASK).max())
             sizes[int(index)] = max(sizes.get(int(index), 0), last)
         lowest = pc.min(chunk["cache_seq"]).as_py()  # of the messages with a cache_seq
         if lowest is not None and lowest <= NO_SEQ:
@@ -68,7 +67,7 @@ def by_line(verdicts: pa.Table) -> pa.Table | None:
     known = {index: np.zeros(size, bool) for index, size in sizes.items()} if timed else {}
     for chunk in chunks:
         row_id = chunk["row_id"].to_numpy()
-        files, position = row_id >> LINE_BITS, (row_id & _LINE_MASK) - 1
+        files, position = row_id >> LINE_BITS, (row_id & LINE_MASK) - 1
         seq = pc.fill_null(chunk["cache_seq"], NO_SEQ).to_numpy()
         if timed:
             instant = chunk["received_at_us"]

@@ -35,6 +35,8 @@ from msgdedup.engine.reading import FILE_INDEX, LINE_NUMBER, RAW, READ_ERROR, SO
 from msgdedup.keys import BRIDGE_CACHE_PREFIX
 
 LINE_BITS = 40
+# A row_id's low LINE_BITS bits: its line number in its file (the high bits are the file's index).
+LINE_MASK = (1 << LINE_BITS) - 1
 
 PARSED_SCHEMA = pa.schema([
     ("row_id", pa.int64()),

@@ -29,7 +29,7 @@ from msgdedup.config import TIME
 from msgdedup.engine import kernel
 from msgdedup.engine.kernel import SENDER_QUEUE
 from msgdedup.engine.windows import CacheWindow
-from msgdedup.engine.parsing import LINE_BITS
+from msgdedup.engine.parsing import LINE_BITS, LINE_MASK
 
 MESSAGE_COLUMNS = [
     "message_id", "address", "received_at", "properties", "txn_id", "source_id", "seq", "body",
@@ -106,7 +106,7 @@ def flag_duplicate_message_ids(keys: DataFrame, repeated: DataFrame | None, sour
     names = F.create_map(*[x for i, name in enumerate(source_files) for x in (F.lit(i), F.lit(name))]) \
         if source_files else F.create_map().cast("map<int,string>")
     first_file = F.try_element_at(names, F.shiftright("first_row", LINE_BITS).cast("int"))
-    first_line = F.col("first_row").bitwiseAND((1 << LINE_BITS) - 1)
+    first_line = F.col("first_row").bitwiseAND(LINE_MASK)
     error = F.format_string("duplicate message_id '%s' (first at %s:%d)", F.col("message_id"), first_file, first_line)
     return flagged.withColumn("copy_error", F.when(is_copy, error)).drop("first_row")
 
