@@ -11,7 +11,9 @@ from msgdedup.engine.parsing import LINE_BITS
 MESSAGES = ("row_id long, message_id string, address string, received_at timestamp, properties map<string,string>, "
             "txn_id string, source_id string, seq long, body string, extra_fields map<string,string>, "
             "source_file string, line_number long, error string, raw_line string, cache string, dedup_key string")
-VERDICTS = pa.schema([("row_id", pa.int64()), ("cache_seq", pa.int64()), ("received_at_us", pa.int64())])
+VERDICTS = pa.schema([("row_id", pa.int64()), ("cache_seq", pa.int64()), ("received_at_us", pa.int64()),
+                      ("cache", pa.string())])
+STARTS = "cache string, last_seq long"
 
 
 def _message(file_index: int, line: int, cache: str | None = "c") -> tuple:
@@ -19,13 +21,26 @@ def _message(file_index: int, line: int, cache: str | None = "c") -> tuple:
             f"body {line}", {}, f"f{file_index}.jsonl", line, None, None, cache, None if cache is None else f"k{line}")
 
 
-def _both(spark, messages: list[tuple], verdicts: list[tuple], instants: bool = True) -> tuple[list, list]:
-    """(transforms.delivered's rows, line_lookup.delivered's rows), in the order each writes them."""
+def _verdicts(verdicts: list[tuple]) -> pa.Table:
+    """(row_id, cache_seq, received_at_us[, cache]) rows; the cache is "c" where a cache_seq is given."""
+    return pa.Table.from_pylist([dict(zip(VERDICTS.names, (*v, "c" if v[1] is not None else None)[:4], strict=True))
+                                 for v in verdicts], VERDICTS)
+
+
+def _lookup(spark, table: pa.Table, starts, instants: bool = True) -> pa.Table | None:
+    return line_lookup.by_line(line_lookup.numbered_in_batch(spark.createDataFrame(table), starts, instants).toArrow())
+
+
+def _both(spark, messages: list[tuple], verdicts: list[tuple], instants: bool = True,
+          counters: tuple = (("c", 0),)) -> tuple[list, list]:
+    """(transforms.delivered's rows, line_lookup.delivered's rows), in the order each writes them;
+    ``counters``: each cache's last_seq before the batch."""
     frame = spark.createDataFrame(messages, MESSAGES)
-    table = pa.Table.from_pylist([dict(zip(VERDICTS.names, v, strict=True)) for v in verdicts], VERDICTS)
-    joined = transforms.delivered(frame, spark.createDataFrame(table))
-    lookup = line_lookup.by_line(table if instants else table.drop_columns("received_at_us"))
-    by_line = line_lookup.delivered(frame, spark.createDataFrame(lookup, line_lookup.LOOKUP_SPARK_SCHEMA))
+    table = _verdicts(verdicts)
+    starts = spark.createDataFrame(list(counters), STARTS)
+    joined = transforms.delivered(frame, spark.createDataFrame(table.drop_columns("cache")))
+    lookup = _lookup(spark, table, starts, instants)
+    by_line = line_lookup.delivered(frame, spark.createDataFrame(lookup, line_lookup.LOOKUP_SPARK_SCHEMA), starts)
     assert by_line.schema == joined.schema
     return sorted(joined.collect()), by_line.collect()
 
@@ -38,7 +53,7 @@ def test_each_delivered_line_gets_its_own_verdict_in_every_file(spark):
                 _message(1, 1), _message(1, 2), _message(1, 3), _message(2, 7)]
     verdicts = [((0 << LINE_BITS) | 1, 11, None), ((0 << LINE_BITS) | 4, None, None), ((0 << LINE_BITS) | 2, 12, 900),
                 ((1 << LINE_BITS) | 2, 3, 1_000_000_000_000_000)]  # (0, 5), (1, 1), (1, 3), (2, 7): not delivered
-    joined, by_line = _both(spark, messages, verdicts)
+    joined, by_line = _both(spark, messages, verdicts, counters=(("c", 2), ("other", 40)))
     assert [(r["line_number"], r["cache_seq"], r["entered_at_us"]) for r in joined] == \
         [(1, 11, None), (2, 12, 900), (4, None, None), (2, 3, 1_000_000_000_000_000)]
     assert sorted(by_line) == joined
@@ -51,25 +66,33 @@ def test_a_count_window_needs_no_instants(spark):
     delivered row's entered_at_us is null, as the join gives it."""
     messages = [_message(0, line) for line in range(1, 6)]
     verdicts = [((0 << LINE_BITS) | line, 100 + line, None) for line in (5, 1, 3)]
-    table = pa.Table.from_pylist([dict(zip(VERDICTS.names, v, strict=True)) for v in verdicts], VERDICTS)
-    assert line_lookup.by_line(table.drop_columns("received_at_us"))["entered_at_us"].null_count == 1
-    assert line_lookup.by_line(table)["entered_at_us"].null_count == 1  # a column of nulls: no instant either
-    joined, by_line = _both(spark, messages, verdicts, instants=False)
+    starts = spark.createDataFrame([("c", 100)], STARTS)
+    lookup = _lookup(spark, _verdicts(verdicts), starts, instants=False)
+    assert lookup["entered_at_us"].null_count == 1
+    assert lookup["seq_in_batch"].to_pylist() == [[1, None, 3, None, 5]], "4 bytes a line: cache_seq - last_seq"
+    assert _lookup(spark, _verdicts(verdicts), starts)["entered_at_us"].null_count == 1  # nulls: no instant either
+    joined, by_line = _both(spark, messages, verdicts, instants=False, counters=(("c", 100),))
     assert sorted(by_line) == joined
     assert [r["cache_seq"] for r in by_line] == [101, 103, 105]
 
 
 @pytest.mark.parametrize("verdicts", [[], [(7, 1, None)]])
 def test_the_arrays_hold_one_row_per_file_with_a_delivered_line(verdicts):
-    table = pa.Table.from_pylist([dict(zip(VERDICTS.names, v, strict=True)) for v in verdicts], VERDICTS)
+    table = pa.Table.from_pylist([{"row_id": v[0], "seq_in_batch": v[1], "received_at_us": v[2]} for v in verdicts],
+                                 NUMBERED)
     lookup = line_lookup.by_line(table)
     assert lookup.num_rows == len(verdicts)
     if verdicts:
-        assert lookup.to_pylist() == [{"file_index": 0, "cache_seq": [None] * 6 + [1], "entered_at_us": None}]
+        assert lookup.to_pylist() == [{"file_index": 0, "seq_in_batch": [None] * 6 + [1], "entered_at_us": None}]
 
 
-def test_a_sequence_number_the_arrays_cannot_tell_from_none_is_joined_instead():
-    """NO_SEQ marks a delivered message without a cache_seq; a verdict numbered so (never, by §3)
-    makes by_line decline rather than deliver it without its number."""
-    table = pa.Table.from_pylist([{"row_id": 1, "cache_seq": line_lookup.NO_SEQ, "received_at_us": None}], VERDICTS)
+NUMBERED = pa.schema([("row_id", pa.int64()), ("seq_in_batch", pa.int64()), ("received_at_us", pa.int64())])
+
+
+@pytest.mark.parametrize("seq_in_batch", [line_lookup.NO_SEQ, -3, 2**31])
+def test_a_number_the_arrays_cannot_hold_is_joined_instead(seq_in_batch):
+    """NO_SEQ marks a delivered message without a cache_seq, and an int holds the rest; a verdict
+    numbered NO_SEQ or below (never, by §3: an acceptance counts up from its cache's counter) or
+    past an int makes by_line decline rather than deliver it with another number."""
+    table = pa.Table.from_pylist([{"row_id": 1, "seq_in_batch": seq_in_batch, "received_at_us": None}], NUMBERED)
     assert line_lookup.by_line(table) is None

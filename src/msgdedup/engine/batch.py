@@ -229,12 +229,13 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     # A batch decided in Spark gives its messages their delivered verdicts by line number, where
     # the arrays fit the driver (line_lookup.py); else they are joined, broadcast when they fit.
     instants = any(w.timed for w in windows.values())
-    lookup = (_lookup(spark, verdicts, instants)
+    starts = _starts(spark, windows)
+    lookup = (_lookup(spark, verdicts, starts, instants)
               if not keys_in_verdicts and looks_up_by_line(spark, input_lines, instants) else None)
     entries = _union(transforms.acceptances(verdicts, txn.batch_id), parent.counted)
     staged = {
         "delivered": transforms.delivered(messages, verdicts_of(kernel.DELIVERED)) if lookup is None
-        else line_lookup.delivered(messages, lookup),
+        else line_lookup.delivered(messages, lookup, starts),
         "dropped": transforms.dropped(messages, verdicts_of(kernel.DROPPED)),
         "quarantine": transforms.quarantine(
             invalid, valid, decided.copies if tally.of(transforms.QUARANTINED) else None),
@@ -500,11 +501,11 @@ def _new_snapshot(spark: SparkSession, decided: _Decided, parent: _Parent, entri
     return transforms.snapshot(entries, _limits(spark, caches), decided.apama_entries, queued=bool(apama))
 
 
-def _lookup(spark: SparkSession, verdicts: DataFrame, instants: bool) -> DataFrame | None:
-    """The delivered ``verdicts`` as line_lookup.by_line's arrays (collected: a job, and 16 bytes
-    a message on the driver, 24 with ``instants``), or None where they do not fit them."""
-    chosen = transforms.verdicts_for(verdicts, kernel.DELIVERED).select(
-        "row_id", "cache_seq", *(["received_at_us"] if instants else []))
+def _lookup(spark: SparkSession, verdicts: DataFrame, starts: DataFrame, instants: bool) -> DataFrame | None:
+    """The delivered ``verdicts`` as line_lookup.by_line's arrays (collected: a job, and 12 bytes
+    a message on the driver, 20 with ``instants``), or None where they do not fit them."""
+    chosen = line_lookup.numbered_in_batch(transforms.verdicts_for(verdicts, kernel.DELIVERED, keys=True),
+                                           starts, instants)
     table = line_lookup.by_line(chosen.toArrow())
     lookup = None if table is None else spark.createDataFrame(table, line_lookup.LOOKUP_SPARK_SCHEMA)
     del table  # the JVM has the arrays now; the driver keeps neither them nor the verdicts for the writes

@@ -178,13 +178,14 @@ OUTPUT_VERDICT_BYTES = 104
 # (engine/line_lookup.py) when one array per file fits this share of the driver's heap, rather
 # than joining the verdicts: a broadcast of about 104 bytes a verdict up to a million messages
 # (OUTPUT_VERDICT_BYTES), above that a shuffle of both sides, the wide messages too. The driver's
-# JVM holds the arrays (8 bytes a line) about three times while the output is written (the frame
-# it was given, the broadcast relation, its serialized blocks): LINE_LOOKUP_BYTES a line, twice
-# that where a cache keeps instants. A 1M batch's take 24 MiB where its broadcast verdicts took
-# 96 MiB. With a 1g driver a 5M batch's would take 115 MiB, and its peak memory went up by more
-# than that (from 1,529-1,585 MiB to 1,700-1,800) for a write 10 s shorter, so with a 1g driver it
-# keeps the shuffle (docs/benchmarks.md). 0 turns the lookup off.
-LINE_LOOKUP_BYTES = 24
+# JVM holds the arrays about three times while the output is written (the frame it was given, the
+# broadcast relation, its serialized blocks): 4 bytes a line (an int) three times, LINE_LOOKUP_BYTES,
+# and 8 more (a long) where a cache keeps instants, INSTANT_LOOKUP_BYTES. With a 1g driver that is
+# up to about 9M lines, 3M with instants. With longs for the numbers (24 bytes a line) a 5M batch's
+# peak memory went up by more than the arrays (from 1,529-1,585 MiB to 1,700-1,800), so a 5M batch
+# kept the shuffle then (docs/benchmarks.md). 0 turns the lookup off.
+LINE_LOOKUP_BYTES = 12
+INSTANT_LOOKUP_BYTES = 24
 LINE_LOOKUP_HEAP_SHARE = 0.1
 LINE_LOOKUP_HEAP_SHARE_CONF = "spark.msgdedup.lineLookupHeapShare"
 
@@ -193,7 +194,7 @@ def looks_up_by_line(spark: SparkSession, input_lines: int, instants: bool) -> b
     """Whether a batch of ``input_lines`` lines decided in Spark gets its delivered verdicts by
     line number (``instants``: a cache keeps them, a second array): the same rows either way (the
     engine-vs-model property tests run both), not the same cost."""
-    line_bytes = LINE_LOOKUP_BYTES * (2 if instants else 1)
+    line_bytes = LINE_LOOKUP_BYTES + (INSTANT_LOOKUP_BYTES if instants else 0)
     return input_lines * line_bytes <= _heap_share(spark, LINE_LOOKUP_HEAP_SHARE_CONF, LINE_LOOKUP_HEAP_SHARE)
 
 
