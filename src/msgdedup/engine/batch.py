@@ -502,8 +502,8 @@ def _new_snapshot(spark: SparkSession, decided: _Decided, parent: _Parent, entri
 
 
 def _lookup(spark: SparkSession, verdicts: DataFrame, starts: DataFrame, instants: bool) -> DataFrame | None:
-    """The delivered ``verdicts`` as line_lookup.by_line's arrays (collected: a job, and 12 bytes
-    a message on the driver, 20 with ``instants``), or None where they do not fit them."""
+    """The delivered ``verdicts`` as line_lookup.by_line's arrays (collected: a job, and 16 bytes
+    a message on the driver, 24 with ``instants``), or None where they do not fit them."""
     chosen = line_lookup.numbered_in_batch(transforms.verdicts_for(verdicts, kernel.DELIVERED, keys=True),
                                            starts, instants)
     table = line_lookup.by_line(chosen.toArrow())
