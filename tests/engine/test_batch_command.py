@@ -103,6 +103,34 @@ def test_a_batch_whose_caller_went_away_commits_nothing(spark, tmp_path):
     assert len(list((wh / "_commits").iterdir())) == 1 and (wh / "runs" / f"{H5}.json").exists()
 
 
+def test_outputs_write_distinct_valued_columns_without_a_dictionary(spark, tmp_path):
+    """Parquet's writer gives every column a dictionary until it outgrows its page; for ids, keys
+    and bodies that work is thrown away, so they are written plain (batch.PLAIN_COLUMNS), while a
+    column whose values repeat keeps its dictionary. The batch repeats the plain columns' values
+    too (one body, one key, one bad line), which a dictionary would take."""
+    import pyarrow.parquet as pq
+
+    from msgdedup.engine.batch import PLAIN_COLUMNS
+
+    lines = [message(f"m{i}", key="x", at=i, body="the same body") for i in range(100)] + ["oops"] * 20
+    write_batch(tmp_path / "raw", {"a.jsonl": lines})
+    run_batch(spark, str(tmp_path / "raw"), str(tmp_path / "wh"), H5)
+    encodings = {}  # (output, column) -> the encodings of its column chunks
+    for output in ("delivered", "dropped", "quarantine"):
+        for part in (tmp_path / "wh" / output).rglob("*.parquet"):
+            metadata = pq.ParquetFile(part).metadata
+            for group in range(metadata.num_row_groups):
+                for index in range(metadata.num_columns):
+                    chunk = metadata.row_group(group).column(index)
+                    encodings.setdefault((output, chunk.path_in_schema), set()).update(chunk.encodings)
+    dictionary = {"PLAIN_DICTIONARY", "RLE_DICTIONARY"}
+    assert encodings[("dropped", "address")] & dictionary, encodings[("dropped", "address")]
+    plain = {key: codes for key, codes in encodings.items() if key[1] in PLAIN_COLUMNS}
+    assert {("delivered", "body"), ("dropped", "body"), ("dropped", "dedup_key"), ("dropped", "duplicate_of"),
+            ("quarantine", "raw_line")} <= set(plain), sorted(encodings)
+    assert all(not codes & dictionary for codes in plain.values()), plain
+
+
 # -- crash safety -----------------------------------------------------------------------------------
 FAILPOINTS = ["after_parse", "while_staging", "before_commit_point", "after_commit_point",
               "mid_publish", "before_manifest", "before_cleanup"]
