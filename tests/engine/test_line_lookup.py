@@ -14,6 +14,8 @@ MESSAGES = ("row_id long, message_id string, address string, received_at timesta
 VERDICTS = pa.schema([("row_id", pa.int64()), ("cache_seq", pa.int64()), ("received_at_us", pa.int64()),
                       ("cache", pa.string())])
 STARTS = "cache string, last_seq long"
+# numbered_in_batch's rows, as by_line reads them
+NUMBERED = pa.schema([("row_id", pa.int64()), ("seq_in_batch", pa.int64()), ("received_at_us", pa.int64())])
 
 
 def _message(file_index: int, line: int, cache: str | None = "c") -> tuple:
@@ -84,9 +86,6 @@ def test_the_arrays_hold_one_row_per_file_with_a_delivered_line(verdicts):
     assert lookup.num_rows == len(verdicts)
     if verdicts:
         assert lookup.to_pylist() == [{"file_index": 0, "seq_in_batch": [None] * 6 + [1], "entered_at_us": None}]
-
-
-NUMBERED = pa.schema([("row_id", pa.int64()), ("seq_in_batch", pa.int64()), ("received_at_us", pa.int64())])
 
 
 @pytest.mark.parametrize("seq_in_batch", [line_lookup.NO_SEQ, -3, 2**31])
