@@ -219,10 +219,11 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
                if frame is not None]
         earlier = met[0].unionByName(met[1]) if len(met) == 2 else (
             met[0] if met else local_frame(spark, [], audit.ENTRY_SCHEMA))
-        audited = audit.audited_messages(decided.verdicts, audit.audit_keys(decided.repeated_keys, decided.left_met))
+        candidates = audit.audited_messages(decided.verdicts,
+                                            audit.audit_keys(decided.repeated_keys, decided.left_met))
         if decide is _decide_in_spark:  # read twice, and found by a pass over every verdict: kept
-            audited = _kept(audited, kept)
-        misses = audit.window_misses(audited, decided.verdicts, earlier, bounds, txn.batch_id)
+            candidates = _kept(candidates, kept)
+        misses = audit.window_misses(candidates, earlier, bounds, txn.batch_id)
         window_audit = audit.report(caches, audit.summary(misses).collect())
     timer.lap("audit")
 
