@@ -251,6 +251,8 @@ def test_execute_wires_scenarios_history_airflow_and_targets(tmp_path, monkeypat
         commands[name] = cmd
         kind = name.rsplit("-", 1)[-1] if not name.startswith("history") else "history"
         wall = 10.0 + 2 * int(name.split("-")[1]) if kind == "history" else walls[kind]
+        if "-count-window-" in name:  # the count window beside a policy or the audit: twice as slow
+            wall = 2 * walls["ours"]
         wh = Path(cmd[cmd.index("--warehouse") + 1]) if "--warehouse" in cmd else None
         records = {  # what the apps record of their own time: dedup 10 s, gate 2 s; 9.5 and 2.5 together
             "ours": [(wh and wh / "runs" / f"{harness.BASE_BATCH_ID}.json", 10.0)],
@@ -278,8 +280,18 @@ def test_execute_wires_scenarios_history_airflow_and_targets(tmp_path, monkeypat
         "300, 200 addresses, time window PT2M", "300, 200 addresses, apama 2000 per sender, 120 s",
         "300, 200 addresses, cache 20K, window-miss audit on"]
     base, hot, big, timed, apama, audit_on = results["scenarios"]
-    assert timed["runs"]["ours"]["x_count_window"] == apama["runs"]["ours"]["x_count_window"] == 1.0
-    assert audit_on["runs"]["ours"]["audit_on_over_off"] == 1.0
+    # each variant against the count window's run just before it, on the same input, not the base's
+    assert timed["runs"]["ours"]["x_count_window"] == apama["runs"]["ours"]["x_count_window"] == 0.5
+    assert audit_on["runs"]["ours"]["audit_on_over_off"] == 0.5
+    for variant in (timed, apama, audit_on):
+        before, mine = calls.index(f"{variant['id']}-count-window-ours"), calls.index(f"{variant['id']}-ours")
+        assert mine == before + 1
+        beside = commands[calls[before]]
+        assert beside[beside.index("--config") + 1].endswith("configs/count-20000.yaml")
+        assert beside[beside.index("--input") + 1] == variant["input"]
+        assert beside[beside.index("--warehouse") + 1] != commands[calls[mine]][beside.index("--warehouse") + 1]
+        assert variant["count_window"]["wall_s"] == 26.0
+    assert "the count window just before it: 26.0 s" in report.markdown(results)
     assert "window_audit:\n  horizon: 4" in (tmp_path / "work" / "configs" / "count-20000-audit.yaml").read_text()
     assert "window_audit" not in (tmp_path / "work" / "configs" / "count-20000.yaml").read_text()
     assert any(t["target"].endswith("ours with the audit on ≤ 1.1× off") and t["met"]
