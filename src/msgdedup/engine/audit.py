@@ -5,7 +5,7 @@ possible. Nothing here decides an outcome; the reference model's ``_audit`` is t
     parent's left_keys + parent snapshot + this batch's acceptances
         --left_keys--> this batch's left_keys (the horizon's worth of keys that left the window)
     the same, on the delivered messages of keys that can have an earlier acceptance
-    (``audit_keys``, ``audited_messages``) --window_misses--> one row per miss: needed, missed_by
+    (``audit_keys``, ``audit_candidates``) --window_misses--> one row per miss: needed, missed_by
     misses --summary--> per cache: misses, largest missed_by, recommended window
 
 Count windows are measured in acceptances (``cache_seq``), time windows in microseconds (the
@@ -67,7 +67,7 @@ def _delivered(verdicts: DataFrame) -> DataFrame:
     return verdicts.filter((F.col("outcome") == kernel.DELIVERED) & F.col("cache").isNotNull())
 
 
-def audited_messages(verdicts: DataFrame, keys: DataFrame) -> DataFrame:
+def audit_candidates(verdicts: DataFrame, keys: DataFrame) -> DataFrame:
     """What ``window_misses`` reads of the verdicts, in one pass over them: the delivered messages
     of ``keys`` (``audit_keys``: the only ones a window can have missed), with ``audited`` true,
     and the other delivered messages of transactions but their last (whose first acceptance can
@@ -86,7 +86,7 @@ def _in_transaction() -> Column:
 
 
 def window_misses(candidates: DataFrame, earlier: DataFrame, bounds: DataFrame, batch_id: str) -> DataFrame:
-    """One row per audited message of ``candidates`` (``audited_messages``) whose key had been
+    """One row per audited message of ``candidates`` (``audit_candidates``) whose key had been
     accepted before on its cache within the reach (§9), with ``needed`` (the window that would
     have held the earlier acceptance at the message's lookup) and ``missed_by`` (needed - window).
 

@@ -219,7 +219,7 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
                if frame is not None]
         earlier = met[0].unionByName(met[1]) if len(met) == 2 else (
             met[0] if met else local_frame(spark, [], audit.ENTRY_SCHEMA))
-        candidates = audit.audited_messages(decided.verdicts,
+        candidates = audit.audit_candidates(decided.verdicts,
                                             audit.audit_keys(decided.repeated_keys, decided.left_met))
         if decide is _decide_in_spark:  # read twice, and found by a pass over every verdict: kept
             candidates = _kept(candidates, kept)
