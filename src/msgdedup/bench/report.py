@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import sys
+import textwrap
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -314,7 +315,7 @@ def plot(results: dict[str, Any], path: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(16, 5.2), gridspec_kw={"width_ratios": (1, 2)})
     h = results.get("history") or {}
     per = h.get("per_batch") or []
     if per:
@@ -335,7 +336,8 @@ def plot(results: dict[str, Any], path: Path) -> Path | None:
         right.bar([j + i * width for j in range(len(scen))], vals, width, label=peer)
     right.axhline(1.0, color="grey", lw=0.8)
     right.set_xticks([j + width * (len(peers) - 1) / 2 for j in range(len(scen))])
-    right.set_xticklabels([s["name"] for s in scen], fontsize=7, rotation=10)
+    # wrapped, not rotated: a rotated name ran into its neighbour's (the audit's is 50 characters)
+    right.set_xticklabels([textwrap.fill(s["name"], 14) for s in scen], fontsize=7)
     right.set_ylabel("× copy (wall time)")
     right.set_title("cost relative to copy")
     right.legend(fontsize=8)
