@@ -185,11 +185,12 @@ class Bench:
         return self.run("warm-up-copy", self.spark_submit(
             PEERS_DIR / "copy_peer.py", "--input", inp, "--output", self.fresh("warm-up")), messages)
 
-    def ours(self, name: str, inp: Path, wh: Path, cfg: Path, messages: int) -> dict[str, Any]:
+    def ours(self, name: str, inp: Path, wh: Path, cfg: Path, messages: int,
+             event_log: Path | None = None) -> dict[str, Any]:
         """One dedup_batch.py run, with the counts and the engine's own time from its manifest."""
         run = self.run(name, self.spark_submit(
             PROJECT_ROOT / "spark_apps" / "dedup_batch.py", "--input", inp, "--warehouse", wh,
-            "--batch-id", BASE_BATCH_ID, "--config", cfg), messages)
+            "--batch-id", BASE_BATCH_ID, "--config", cfg, event_log=event_log), messages)
         manifest = wh / "runs" / f"{BASE_BATCH_ID}.json"
         if manifest.exists():
             m = json.loads(manifest.read_text())
@@ -306,14 +307,9 @@ class Bench:
             PEERS_DIR / "copy_peer.py", "--input", inp, "--output", self.fresh("per-batch", "copy"),
             event_log=logs / "copy"), n)
         wh = self.fresh("per-batch", "warehouse")
-        runs["ours"] = self.run("per-batch-ours", self.spark_submit(
-            PROJECT_ROOT / "spark_apps" / "dedup_batch.py", "--input", inp, "--warehouse", wh,
-            "--batch-id", BASE_BATCH_ID, "--config", cfg, event_log=logs / "ours"), n)
+        runs["ours"] = self.ours("per-batch-ours", inp, wh, cfg, n, event_log=logs / "ours")
         for name, r in runs.items():
             r["jobs"] = spark_jobs(logs / name)
-        manifest = wh / "runs" / f"{BASE_BATCH_ID}.json"
-        if manifest.exists():
-            runs["ours"]["engine_s"] = (json.loads(manifest.read_text()).get("timings") or {}).get("total_s")
         if runs["copy"].get("wall_s") and runs["ours"].get("wall_s") and not runs["ours"].get("error"):
             runs["ours"]["x_copy"] = round(runs["ours"]["wall_s"] / runs["copy"]["wall_s"], 3)
         log(f"per batch ({n:,} messages): jobs copy {runs['copy']['jobs']}, ours {runs['ours']['jobs']}")
