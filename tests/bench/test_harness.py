@@ -286,10 +286,10 @@ def test_execute_wires_scenarios_history_airflow_and_targets(tmp_path, monkeypat
     for variant in (timed, apama, audit_on):
         before, mine = calls.index(f"{variant['id']}-count-window-ours"), calls.index(f"{variant['id']}-ours")
         assert mine == before + 1
-        beside = commands[calls[before]]
+        beside, own = commands[calls[before]], commands[calls[mine]]
         assert beside[beside.index("--config") + 1].endswith("configs/count-20000.yaml")
         assert beside[beside.index("--input") + 1] == variant["input"]
-        assert beside[beside.index("--warehouse") + 1] != commands[calls[mine]][beside.index("--warehouse") + 1]
+        assert beside[beside.index("--warehouse") + 1] != own[own.index("--warehouse") + 1]
         assert variant["count_window"]["wall_s"] == 26.0
     assert "the count window just before it: 26.0 s" in report.markdown(results)
     assert "window_audit:\n  horizon: 4" in (tmp_path / "work" / "configs" / "count-20000-audit.yaml").read_text()
