@@ -42,12 +42,15 @@ def pristine(spark, tmp_path_factory) -> Path:
     return root
 
 
-@pytest.fixture(params=["pandas", "spark"])
+@pytest.fixture(params=["pandas", "spark", "mixed"])
 def engine(request, spark):
     """The checked tables validated by GX on pandas frames in the driver (a small batch, as these
-    are) or on Spark frames (a batch too large to collect): every corruption fails either way."""
-    if request.param == "spark":
-        spark.conf.set(DRIVER_DECIDE_LINES_CONF, "-1")
+    are), on Spark frames (a batch too large to collect), or mixed: a batch checked in Spark whose
+    tables of at most 4 rows (here accounting, id_cache and transactions) are collected from their
+    cache and validated on pandas (as a large batch's few counts, caches and transactions are):
+    every corruption fails either way."""
+    if request.param != "pandas":
+        spark.conf.set(DRIVER_DECIDE_LINES_CONF, "-1" if request.param == "spark" else "4")
     yield request.param
     spark.conf.unset(DRIVER_DECIDE_LINES_CONF)
 

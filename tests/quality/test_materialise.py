@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from msgdedup.quality.materialise import (
@@ -64,6 +65,22 @@ def test_tables_are_cached_until_closed_and_a_failing_table_fails_the_gate(spark
     assert set(seen) <= {"numbers", "letters"}
     assert all(not frame.is_cached for frame in seen.values())
     assert tables.seconds() >= 0
+
+
+def test_a_table_with_few_rows_comes_back_as_a_pandas_frame_and_a_larger_one_stays_cached(spark):
+    tables = MaterialisedTables(spark, {
+        "few": lambda: spark.range(10).where("id < 3").toDF("n"),
+        "many": lambda: spark.range(10).toDF("n"),
+    }, driver_rows=3)
+    try:
+        frames = dict(tables.as_cached())
+        assert isinstance(frames["few"], pd.DataFrame) and sorted(frames["few"]["n"]) == [0, 1, 2]
+        assert str(frames["few"]["n"].dtype) == "Int64"  # nullable, as GX's pandas checkpoints expect
+        assert not isinstance(frames["many"], pd.DataFrame) and frames["many"].is_cached
+        assert frames["many"].count() == 10
+    finally:
+        tables.close()
+    assert not frames["many"].is_cached
 
 
 def test_small_frames_come_back_as_local_tables_and_large_ones_stay_lazy(spark):

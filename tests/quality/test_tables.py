@@ -156,11 +156,40 @@ def test_tables_are_the_same_with_their_exceptions_computed_first(spark):
 
     shared = tables.shared_cache_seqs(batch, local(tables.shared_cache_seq_counts(batch)))
     assert rows(shared) == rows(tables.shared_cache_seqs(batch)) == [("orders.eu", 7, 2, "n3", "n4")]
-    again = local(tables.keys_accepted_again(batch, parent, "B2"))
+    again = local(tables.repeated_key_hashes(batch, parent, "B2"))
+    assert again.count() == 3  # k4, k2 (each once here and in the parent) and k9 (twice here)
     assert rows(tables.key_window(batch, gone, parent, size, "B2", again, shared, repeats=again.count())) == rows(
         tables.key_window(batch, gone, parent, size, "B2"))
     assert rows(tables.messages(batch, gone, local(tables.repeated_message_ids(batch, gone)))) == rows(
         tables.messages(batch, gone))
+
+
+def test_key_window_orders_keys_sharing_a_hash_with_another_as_keys_with_no_previous_acceptance(spark):
+    """``key_window`` is told the hashes of the keys accepted again, which may also hold the hash of
+    a key accepted once (two keys' hashes can be equal): such a key is put in order with the
+    repeated ones and, alone in its window, has no previous acceptance, as before. Here every key's
+    hash is given, as if each shared its hash with another."""
+    parent = frame(spark, [entry("k2", 2, "m2", "B1"), entry("k4", 4, "m4", "B1")], ID_CACHE_DDL)
+    batch = frame(spark, [
+        delivered("n1", 1, "k4", 5), delivered("n2", 2, "k2", 6), delivered("n3", 3, "k9", 7),
+        delivered("n4", 4, "k1", 8), delivered("n5", 5, None, None), delivered("n6", 6, "k1", 10),
+    ], DELIVERED_DDL)
+    size = sizes(spark, **{"orders.eu": 3})
+    repeated = tables.repeated_key_hashes(batch, parent, "B2")
+    every = batch.unionByName(batch).transform(lambda b: tables.repeated_key_hashes(b, parent, "B2"))
+    assert repeated.count() == 3 and every.count() == 4  # k4, k2, k1; and k9 (n5 is not checked)
+
+    def rows(df):
+        return sorted((tuple(r) for r in df.collect()), key=repr)
+
+    told = tables.key_window(batch, none_dropped(spark), parent, size, "B2", every, repeats=every.count())
+    assert told.schema == tables.key_window(batch, none_dropped(spark), parent, size, "B2").schema
+    assert rows(told) == rows(tables.key_window(batch, none_dropped(spark), parent, size, "B2", repeated,
+                                                repeats=repeated.count()))
+    # n1 and n2 follow the parent's k4 and k2 (1 and 4 accepted keys after them), n6 follows n4 (k1, 2 after)
+    assert {r.message_id: r.prev_message_id for r in told.collect()} == {
+        "n1": "m4", "n2": "m2", "n3": None, "n4": None, "n6": "n4"}
+    assert sorted(r.message_id for r in told.where("duplicate_within_window is not null").collect()) == ["n1", "n6"]
 
 
 def test_key_window_without_sender_queues_plans_no_sender_gaps(spark):
@@ -194,7 +223,7 @@ def test_key_window_without_repeats_is_its_first_acceptances_alone(spark):
         delivered("n4", 4, None, None),
     ], DELIVERED_DDL)
     size = sizes(spark, **{"orders.eu": 3})
-    again = tables.keys_accepted_again(batch, parent, "B2")
+    again = tables.repeated_key_hashes(batch, parent, "B2")
     assert again.count() == 0
 
     # the aggregation itself, not an empty relation Spark would prune the window with anyway

@@ -103,12 +103,17 @@ DRIVER_DECIDE_LINES = 200_000
 DRIVER_DECIDE_LINES_CONF = "spark.msgdedup.driverDecideLines"
 
 
+def driver_decide_lines(spark: SparkSession) -> int:
+    """``DRIVER_DECIDE_LINES`` as the application configured it: the most rows the driver takes on."""
+    return int(spark.conf.get(DRIVER_DECIDE_LINES_CONF, str(DRIVER_DECIDE_LINES)))
+
+
 def decides_on_driver(spark: SparkSession, input_lines: int) -> bool:
     """Whether a batch of ``input_lines`` lines is decided on the driver: the outcome is the same
     either way (the engine-vs-model property tests run both), the cost is not. Twenty-odd Spark
     jobs of a fraction of a second each are most of a small batch's time; one core orders and
     decides 20,000 messages in about a tenth of a second."""
-    return input_lines <= int(spark.conf.get(DRIVER_DECIDE_LINES_CONF, str(DRIVER_DECIDE_LINES)))
+    return input_lines <= driver_decide_lines(spark)
 
 
 # A batch of up to this many bytes of uncompressed JSON lines is read and parsed on the driver

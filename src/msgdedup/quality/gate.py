@@ -14,7 +14,7 @@ Cost: GX asks several questions of each table per expectation (counts, sample va
 rows), each a Spark job, so every checked table is computed once and cached before GX sees it
 (``materialise.py``); GX validates each table as soon as it is cached, while the others are
 still being computed, several Spark tables at once (``_validate``). The few exceptions the big
-tables join back to their rows (repeated message_ids, keys accepted again, shared cache_seqs)
+tables join back to their rows (repeated message_ids, hashes of keys accepted again, shared cache_seqs)
 are computed first and, when small, handed over as local tables (``materialise.SmallFrames``),
 so no batch row is shuffled. The GX project (context, checkpoints, suites) is opened once per
 process and quality directory and reused by later gate calls (a long-lived driver gates batch
@@ -46,7 +46,7 @@ from pyspark.sql import DataFrame, SparkSession
 from msgdedup import exit_codes, layout
 from msgdedup.timing import StepTimer
 from msgdedup.engine.filesystem import HadoopFS, local_directory
-from msgdedup.engine.planning import application_settings, decides_on_driver, small_plan
+from msgdedup.engine.planning import application_settings, decides_on_driver, driver_decide_lines, small_plan
 from msgdedup.quality import tables
 from msgdedup.quality.checks import CHECKED_TABLES, DATA_DOCS_SITE, checkpoint_name
 from msgdedup.quality.materialise import MaterialisedTables, SmallFrames, cache_settings, gate_session
@@ -265,7 +265,7 @@ def small_frames(batch: BatchOutputs, batch_id: str) -> dict[str, Callable[[], D
     """The exceptions the big checked tables join back to their rows (``materialise.SmallFrames``)."""
     return {
         "repeated_message_ids": lambda: tables.repeated_message_ids(batch.delivered, batch.dropped),
-        "keys_accepted_again": lambda: tables.keys_accepted_again(batch.delivered, batch.parent_id_cache, batch_id),
+        "repeated_key_hashes": lambda: tables.repeated_key_hashes(batch.delivered, batch.parent_id_cache, batch_id),
         "shared_cache_seq_counts": lambda: tables.shared_cache_seq_counts(batch.delivered),
     }
 
@@ -288,8 +288,8 @@ def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str,
         return tables.accounting_from_counts(spark, batch.manifest, counts.asDict())
 
     def key_window() -> DataFrame:
-        again = get("keys_accepted_again")
-        repeats = small.rows.get("keys_accepted_again") if small is not None else None  # None: not counted
+        again = get("repeated_key_hashes")
+        repeats = small.rows.get("repeated_key_hashes") if small is not None else None  # None: not counted
         shared = tables.shared_cache_seqs(batch.delivered, get("shared_cache_seq_counts"))
         return tables.key_window(batch.delivered, batch.dropped, batch.parent_id_cache, sizes, batch_id,
                                  again, shared, repeats=repeats,
@@ -446,11 +446,12 @@ def _validators(on_driver: bool) -> int:
     return 1 if on_driver else SPARK_VALIDATORS
 
 
-def _validate(spark: SparkSession, projects: list[_OpenProject], checked: MaterialisedTables, on_driver: bool,
+def _validate(spark: SparkSession, projects: list[_OpenProject], checked: MaterialisedTables,
               batch_id: str, run_id: Any) -> dict[str, list[tuple[Any, Any]]]:
     """Each checked table's checkpoint run on it as soon as it is cached, one at a time while tables
     are still being computed, then on as many at once as there are ``projects`` (a validation takes
-    one and gives it back); ``{table: run results}``."""
+    one and gives it back); ``{table: run results}``. A table the driver holds as a pandas frame
+    (``MaterialisedTables``) is validated by GX's pandas engine, with the same suite."""
     free: queue.SimpleQueue = queue.SimpleQueue()
     free.put(projects[0])
     context = spark.sparkContext
@@ -462,7 +463,7 @@ def _validate(spark: SparkSession, projects: list[_OpenProject], checked: Materi
             # so that the Spark UI shows what the gate does.
             context.setLocalProperty(SCHEDULER_POOL, VALIDATION_POOL)
             context.setJobGroup(f"gx-gate-{name}", f"GX gate of batch {batch_id}: {name}")
-            checkpoint = project.checkpoints[checkpoint_name(name, pandas=on_driver)]
+            checkpoint = project.checkpoints[checkpoint_name(name, pandas=isinstance(frame, pd.DataFrame))]
             return list(checkpoint.run(batch_parameters={"dataframe": frame}, run_id=run_id).run_results.items())
         finally:
             for key in ("spark.jobGroup.id", "spark.job.description", SCHEDULER_POOL):
@@ -512,7 +513,8 @@ def run_gate(
     small: SmallFrames | None = None
     try:
         small = SmallFrames(session, small_frames(batch, batch_id))
-        checked = MaterialisedTables(session, checked_tables(session, batch, batch_id, small), on_driver)
+        checked = MaterialisedTables(session, checked_tables(session, batch, batch_id, small), on_driver,
+                                     driver_rows=driver_decide_lines(session))
         with timer.step("import_gx"):
             # Usually done already (``preload_gx``); otherwise this is where the seconds go. Wait
             # for a preload still running: two threads importing GX at once can meet a partially
@@ -529,7 +531,7 @@ def run_gate(
         run_id = RunIdentifier(run_name=batch_id, run_time=now)
         with timer.step("validate"):
             # As the tables are cached; the others are computed meanwhile.
-            results = _validate(spark, projects, checked, on_driver, batch_id, run_id)
+            results = _validate(spark, projects, checked, batch_id, run_id)
     finally:
         # Cancel what still runs before waiting for any of it (a table may wait for a small frame).
         for running in (small, checked):

@@ -57,15 +57,20 @@ def keeps_sender_queues(manifest: Mapping) -> bool:
                for info in (manifest.get("caches") or {}).values())
 
 
+def _repeated_hashes(rows: DataFrame, columns: tuple[str, ...]) -> DataFrame:
+    """``_hash``: each 64-bit hash of ``columns`` that more than one of ``rows`` has. Grouping a
+    million distinct ids took 2.0 s on two cores, their hashes 0.9 s."""
+    return (rows.groupBy(F.xxhash64(*columns).alias("_hash")).count().where(F.col("count") > 1)
+            .select("_hash"))
+
+
 def _possibly_repeated(rows: DataFrame, columns: tuple[str, ...]) -> DataFrame:
     """The rows whose values of ``columns`` may be in another row too: those whose 64-bit hash
     of them is (all of the repeated ones, and any that share a hash with another). The caller
     aggregates these by the values themselves, which decides: a hash only narrows the rows.
-    Grouping a million distinct ids took 2.0 s on two cores, their hashes 0.9 s; the rows left
-    are normally none, and their hashes are broadcast."""
-    hashed = F.xxhash64(*columns)
-    hashes = rows.groupBy(hashed.alias("_hash")).count().where(F.col("count") > 1).select("_hash")
-    return rows.join(F.broadcast(hashes), hashed == F.col("_hash"), "left_semi")
+    The rows left are normally none, and their hashes are broadcast."""
+    hashes = _repeated_hashes(rows, columns)
+    return rows.join(F.broadcast(hashes), F.xxhash64(*columns) == F.col("_hash"), "left_semi")
 
 
 def repeated_message_ids(delivered: DataFrame, dropped: DataFrame) -> DataFrame:
@@ -118,14 +123,6 @@ def messages(delivered: DataFrame, dropped: DataFrame, repeated: DataFrame | Non
     )
 
 
-def _same_key(left: DataFrame, right: DataFrame, columns: tuple[str, ...], how: str) -> DataFrame:
-    """``left`` joined to ``right`` on ``columns`` with null equal to null, as a window's
-    partitioning would group them (``right`` is usually derived from ``left``: renamed apart)."""
-    renamed = right.select(*[F.col(c).alias(f"_right_{c}") for c in columns])
-    condition = [left[c].eqNullSafe(renamed[f"_right_{c}"]) for c in columns]
-    return left.join(renamed, condition, how)
-
-
 def _column_or_null(frame: DataFrame, column: str, kind: str = "long") -> Column:
     """A column of an output written before policies existed (an instant, a sender, a queue) is
     missing: null."""
@@ -169,13 +166,20 @@ def _acceptances(delivered: DataFrame, parent_id_cache: DataFrame, batch_id: str
 _KEY = ("cache", "dedup_key")
 
 
-def keys_accepted_again(delivered: DataFrame, parent_id_cache: DataFrame, batch_id: str) -> DataFrame:
-    """``cache, dedup_key`` of every key accepted more than once in this batch and the parent
-    snapshot together: the only keys with a previous acceptance (normally few)."""
-    return (
-        _possibly_repeated(_acceptances(delivered, parent_id_cache, batch_id).select(*_KEY), _KEY)
-        .groupBy(*_KEY).agg(F.count(F.lit(1)).alias("_n")).where(F.col("_n") > 1).select(*_KEY)
-    )
+def repeated_key_hashes(delivered: DataFrame, parent_id_cache: DataFrame, batch_id: str) -> DataFrame:
+    """``_hash``: the 64-bit hash of (cache, dedup_key) of every key accepted more than once in this
+    batch and the parent snapshot together (normally few), the only keys with a previous acceptance,
+    and of any key that shares its hash with another key's acceptance.
+
+    ``key_window`` orders the acceptances of these hashes' keys, and a key among them accepted only
+    once has no previous acceptance there, as it would have none anywhere: so the hashes need not be
+    told apart from the keys by a second pass over the acceptances (two more jobs over a million
+    deliveries, on the gate's critical path, whenever any hash repeats)."""
+    return _repeated_hashes(_acceptances(delivered, parent_id_cache, batch_id).select(*_KEY), _KEY)
+
+
+def _key_hash() -> Column:
+    return F.xxhash64(*_KEY)
 
 
 def _numbered(delivered: DataFrame) -> DataFrame:
@@ -241,11 +245,11 @@ def key_window(delivered: DataFrame, dropped: DataFrame, parent_id_cache: DataFr
     make the gap larger, so the snapshot is all the history needed.
 
     Only keys accepted more than once (in this batch and the snapshot together) have a
-    previous acceptance; they are found by aggregation (``keys_accepted_again``) and only their
-    acceptances are put in order, the rest has none. ``again`` and ``shared_numbers``
-    (``shared_cache_seqs``) may be given already computed: the gate computes the keys and the
-    shared numbers' counts once and broadcasts them when they are small, so the deliveries are
-    never shuffled. ``repeats`` is how many keys ``again`` holds when the caller has counted them
+    previous acceptance; they are found by aggregation of their hashes (``repeated_key_hashes``)
+    and only the acceptances of those hashes are put in order, the rest has none. ``again`` and
+    ``shared_numbers`` (``shared_cache_seqs``) may be given already computed: the gate computes the
+    hashes and the shared numbers' counts once and broadcasts them when they are small, so the
+    deliveries are never shuffled. ``repeats`` is how many hashes ``again`` holds when the caller has counted them
     (it brought them to the driver): few enough to broadcast the Apama repeats too, and when none
     (the normal case) no delivery has a previous acceptance, so the table is its first
     acceptances alone. Spark would prune the other branch from an empty ``again`` anyway, but
@@ -256,10 +260,10 @@ def key_window(delivered: DataFrame, dropped: DataFrame, parent_id_cache: DataFr
     """
     current = _current_acceptances(delivered, batch_id)
     if again is None:
-        again = keys_accepted_again(delivered, parent_id_cache, batch_id)
+        again = repeated_key_hashes(delivered, parent_id_cache, batch_id)
     if shared_numbers is None:
         shared_numbers = shared_cache_seqs(delivered)
-    first = (current if repeats == 0 else _same_key(current, again, _KEY, "left_anti")).select(
+    first = (current if repeats == 0 else current.join(again, _key_hash() == again["_hash"], "left_anti")).select(
         "*", *[F.lit(None).cast(kind).alias(name) for name, kind in _PREVIOUS.values()],
         *_no_sender_gaps(),
     )
@@ -268,7 +272,8 @@ def key_window(delivered: DataFrame, dropped: DataFrame, parent_id_cache: DataFr
         by_key = Window.partitionBy(*_KEY).orderBy(
             F.col("cache_seq").asc_nulls_first(), F.col("_in_batch"), F.col("message_id")
         )
-        repeated = _same_key(_acceptances(delivered, parent_id_cache, batch_id), again, _KEY, "left_semi").select(
+        repeated = _acceptances(delivered, parent_id_cache, batch_id).join(
+            again, _key_hash() == again["_hash"], "left_semi").select(
             "*", *[F.lag(column).over(by_key).alias(name) for column, (name, _) in _PREVIOUS.items()]
         ).where(F.col("_in_batch"))
         if sender_queues:
