@@ -176,7 +176,7 @@ def test_key_window_orders_keys_sharing_a_hash_with_another_as_keys_with_no_prev
     ], DELIVERED_DDL)
     size = sizes(spark, **{"orders.eu": 3})
     repeated = tables.repeated_key_hashes(batch, parent, "B2")
-    every = batch.unionByName(batch).transform(lambda b: tables.repeated_key_hashes(b, parent, "B2"))
+    every = tables.repeated_key_hashes(batch.unionByName(batch), parent, "B2")  # each key twice
     assert repeated.count() == 3 and every.count() == 4  # k4, k2, k1; and k9 (n5 is not checked)
 
     def rows(df):
