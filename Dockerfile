@@ -3,10 +3,11 @@
 # workers, and the project itself (Spark executors import msgdedup, so they need the same venv).
 FROM python:3.11-slim-bookworm
 
-# Java 17 for Spark (bookworm's default JRE), tini to reap Spark's and Airflow's child processes.
+# Java 17 for Spark (bookworm's default JDK: its javac builds the project's jar below), tini to
+# reap Spark's and Airflow's child processes.
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      default-jre-headless procps tini \
+      default-jdk-headless procps tini \
  && rm -rf /var/lib/apt/lists/*
 
 # uv is pinned like in the Makefile (UV_VERSION), so the image resolves nothing: uv.lock decides.
@@ -36,7 +37,7 @@ COPY --chown=msgdedup:0 expectations ./expectations
 COPY --chown=msgdedup:0 conf ./conf
 COPY --chown=msgdedup:0 scripts ./scripts
 COPY --chown=msgdedup:0 docker/entrypoint.sh /opt/msgdedup/docker/entrypoint.sh
-RUN uv sync --frozen --no-dev && scripts/bind_spark_to_venv.sh .venv
+RUN uv sync --frozen --no-dev && scripts/bind_spark_to_venv.sh .venv && scripts/build_jvm.sh .venv
 
 ENV PATH=/opt/msgdedup/.venv/bin:$PATH \
     JAVA_HOME=/usr/lib/jvm/default-java \

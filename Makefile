@@ -17,7 +17,7 @@ TEST_PREREQS :=
 .DEFAULT_GOAL := help
 
 help:
-	@echo "make setup   build .venv from uv.lock"
+	@echo "make setup   build .venv from uv.lock, and the project's jar"
 	@echo "make test    set up, then run the whole test suite"
 	@echo "make demo    set up, generate sample partitions, run them through Airflow"
 	@echo "make stop    stop every process the demo started"
@@ -36,7 +36,12 @@ $(VENV)/.synced: uv.lock pyproject.toml | $(UV)
 	scripts/bind_spark_to_venv.sh $(VENV)
 	@touch $@
 
-setup: $(VENV)/.synced
+# The project's JVM code (src/msgdedup/jvm), compiled against the venv's pyspark.
+JVM_JAR := src/msgdedup/jvm/msgdedup-jvm.jar
+$(JVM_JAR): $(wildcard src/msgdedup/jvm/*.java) scripts/build_jvm.sh $(VENV)/.synced
+	scripts/build_jvm.sh $(VENV)
+
+setup: $(VENV)/.synced $(JVM_JAR)
 
 test: setup lint $(TEST_PREREQS)
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
@@ -46,5 +51,5 @@ lint: setup
 	$(VENV)/bin/ruff check .
 
 clean:
-	rm -rf $(VENV) $(TOOLS) .pytest_cache
+	rm -rf $(VENV) $(TOOLS) .pytest_cache $(JVM_JAR)
 

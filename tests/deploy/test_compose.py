@@ -160,8 +160,9 @@ def test_secrets_file_is_git_ignored_and_documented():
 def test_dockerfile_builds_the_project_from_the_lock():
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert re.search(r"^FROM python:3\.11", dockerfile, re.MULTILINE)
-    assert "default-jre-headless" in dockerfile  # Java 17 on Debian bookworm
+    assert "default-jdk-headless" in dockerfile  # Java 17 on Debian bookworm, with javac
     assert "uv sync --frozen" in dockerfile
+    assert "scripts/build_jvm.sh" in dockerfile  # the project's jar, built in the image
     uv_version = re.search(r"^UV_VERSION := (\S+)", (ROOT / "Makefile").read_text(), re.MULTILINE).group(1)
     assert f"ARG UV_VERSION={uv_version}" in dockerfile
     for copied in re.findall(r"^COPY (?:--\S+ )*(\S+) ", dockerfile, re.MULTILINE):

@@ -4,22 +4,25 @@ The envelope's rules live in one place, ``msgdedup.envelope``, in Python. Runnin
 line means shipping every line to a Python worker and back, which was the most expensive step of
 a batch. So the lines are split in two:
 
-* the **fast path**, in Spark SQL: lines that are *certainly* valid and that the JVM decodes to
-  exactly the values ``envelope.parse_line`` would give. The test is deliberately narrow (the
-  whole line matches a regular expression for a flat JSON object with only the known fields,
-  string values without ``\\u`` escapes, integers of at most 18 digits, an ISO timestamp of one
-  plain shape or epoch milliseconds) so that the two decoders cannot disagree on it;
+* the **fast path**, in the JVM: lines that are *certainly* valid, decoded to exactly the values
+  ``envelope.parse_line`` would give. ``msgdedup.jvm``'s ``EnvelopeFields`` reads a line in one
+  strict pass of Jackson's parser and takes it only when it is a flat JSON object with only the
+  known fields, each of its type, string values without ``\\u`` escapes, integers of at most 18
+  digits, no repeated key and nothing after it; Spark's functions then take an ISO timestamp of
+  one plain shape or epoch milliseconds. Narrow, so that the two decoders cannot disagree on it;
 * everything else (errors, unknown fields, nulls, floats, escapes, unusual timestamps) goes to
   ``envelope.parse_line`` in a Python worker, which decides and words the error.
 
 A property test feeds both paths the same generated lines (tests/engine/test_parsing.py): for any
 line the fast path takes, its values must equal the Python ones. Spark's own ``from_json`` cannot
-be the fast path: it coerces types (a number read as a string) and reads ``{"a":1} junk`` as valid.
+be the fast path: it coerces types (a number read as a string), reads ``{"a":1} junk`` as valid and
+keeps one of a repeated key's values; doing it with Spark's functions instead (a regular
+expression for the line, ``try_parse_json``, a VARIANT cast per value) took four times as long.
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,9 +30,10 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from msgdedup import jvm
 from msgdedup.envelope import (
     BRIDGE_DUPLICATE_ID_PROPERTY, DUPLICATE_ID_PROPERTY, MAX_EPOCH_MS, MAX_RECEIVED_US, MIN_EPOCH_MS,
-    MIN_RECEIVED_US, OPTIONAL_STRING_FIELDS, InvalidLine, parse_line, printable_raw_line,
+    MIN_RECEIVED_US, InvalidLine, parse_line, printable_raw_line,
 )
 from msgdedup.engine.reading import FILE_INDEX, LINE_NUMBER, RAW, READ_ERROR, SOURCE_FILE
 from msgdedup.keys import BRIDGE_CACHE_PREFIX
@@ -59,46 +63,12 @@ PARSED_SCHEMA = pa.schema([
 PARSED_SPARK_SCHEMA = from_arrow_schema(PARSED_SCHEMA)
 PARSED_COLUMNS = PARSED_SCHEMA.names
 
-# -- the fast path's test -------------------------------------------------------------------------
-# Written "unrolled" and possessive (``*+``: never give back what was matched): a run of plain
-# characters, then escape + run, ...; the same lines as the plain form ``(?:char|escape)*``,
-# which Java's engine matched one alternation per character (2.8 s against 2.0 s per 1M lines).
-_WS = r"[ \t\r]*+"
-# a JSON string without control characters and without \u escapes (lone surrogates, NUL, ...)
-_CHAR = r'[^"\\\x00-\x1f]'
-_STRING = rf'"{_CHAR}*+(?:\\["\\/bfnrt]{_CHAR}*+)*+"'
-_INTEGER = r"-?+(?:0|[1-9][0-9]{0,17}+)"  # always a BIGINT in a variant, and a Python int
-_SCALAR = f"(?:{_STRING}|{_INTEGER})"
-_MEMBER = f"{_STRING}{_WS}:{_WS}{_SCALAR}"
-_FLAT_OBJECT = rf"\{{{_WS}(?:{_MEMBER}(?:{_WS},{_WS}{_MEMBER})*+)?+{_WS}\}}"
-
-
-def _named(names: Iterable[str], value: str) -> str:
-    return rf'"(?:{"|".join(names)})"{_WS}:{_WS}{value}'
-
-
-# Only the envelope's fields, each with a value of its type: the line's shape is then known
-# without asking the parsed VARIANT for it (``schema_of_variant`` of the whole object cost as
-# much as the parse). A name is matched literally: written with an escape it goes the slow way.
-_FIELD = "(?:" + "|".join((
-    _named(("message_id", "address", *OPTIONAL_STRING_FIELDS), _STRING),
-    _named(("received_at",), _SCALAR),  # an ISO string or epoch milliseconds
-    _named(("seq",), _INTEGER),
-    _named(("properties",), _FLAT_OBJECT),
-)) + ")"
-# \z rather than $: in Java, $ also matches before a final line terminator such as \u2028.
-LINE_PATTERN = rf"^{_WS}\{{{_WS}{_FIELD}(?:{_WS},{_WS}{_FIELD})*+{_WS}\}}{_WS}\z"
+# -- the fast path -----------------------------------------------------------------------------------
 # One timestamp shape both Spark and datetime.fromisoformat read as the same instant.
 TIMESTAMP_PATTERN = (
     r"^[1-9][0-9]{3}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?"
     r"(Z|[+-](0[0-9]|1[0-7]):[0-5][0-9])\z"
 )
-
-
-# The fields of a line the fast path takes, read from its VARIANT in one pass (the line's test
-# checked every value's type already; received_at stays a VARIANT: a string or digits).
-_FIELDS = ("struct<message_id string, address string, received_at variant, properties map<string,string>, "
-           "txn_id string, source_id string, seq bigint, body string>")
 
 
 def fast_parse(lines: DataFrame) -> DataFrame:
@@ -107,27 +77,23 @@ def fast_parse(lines: DataFrame) -> DataFrame:
     row of an unreadable file (``READ_ERROR``, reading.py), which is its error."""
     text = F.col(RAW).cast("string")
     f = F.col("_f")
-    received_kind = F.schema_of_variant(f["received_at"])  # STRING or BIGINT; null when it is missing
-    iso = F.try_variant_get(f["received_at"], "$", "string")
-    epoch_ms = F.try_variant_get(f["received_at"], "$", "bigint")
+    iso, epoch_ms = f["received_iso"], f["received_ms"]
     iso_instant = iso.try_cast("timestamp")
     received_at = F.when(
-        received_kind == "STRING",
+        iso.isNotNull(),
         F.when(iso.rlike(TIMESTAMP_PATTERN)
                & F.unix_micros(iso_instant).between(MIN_RECEIVED_US, MAX_RECEIVED_US), iso_instant),
     ).when(
-        received_kind == "BIGINT",
+        epoch_ms.isNotNull(),
         F.when(epoch_ms.between(MIN_EPOCH_MS, MAX_EPOCH_MS), F.timestamp_micros(epoch_ms * 1000)),
     )
     message_id, address = f["message_id"], f["address"]
     fast = (message_id != "") & (address != "") & F.col("_received_at").isNotNull()
     empty_map = F.create_map().cast("map<string,string>")
-    # One projection per step, so the JSON is parsed once and the fields are read once.
+    # One projection per step, so the line is decoded once and the fields are read once.
     checked = (
         lines
-        # try_parse_json also refuses a repeated key, as the envelope does
-        .withColumn("_f", F.when(F.is_valid_utf8(RAW) & text.rlike(LINE_PATTERN),
-                                 F.try_variant_get(F.try_parse_json(text), "$", _FIELDS)))
+        .withColumn("_f", F.when(F.is_valid_utf8(RAW), jvm.envelope_fields(lines.sparkSession, F.col(RAW))))
         .withColumn("_received_at", received_at)
         .withColumn("slow", ~F.coalesce(fast, F.lit(False)) & F.col(READ_ERROR).isNull())
     )

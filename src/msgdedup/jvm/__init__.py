@@ -1,0 +1,58 @@
+"""The project's own JVM code: one jar, added to a Spark session when a query first needs it.
+
+Why a jar of our own: one function Spark lacks, the envelope's fields read from a raw line in one
+strict pass (``EnvelopeFields.java``, engine/parsing.py's fast path), is most of what parsing a
+batch costs when written with Spark's functions. The jar is compiled from the ``.java`` files
+here by ``make setup`` (``scripts/build_jvm.sh``: ``javac`` against pyspark's own jars; no
+Maven, which is out of reach at set-up and at run time) and found next to them.
+
+Nothing is needed when Spark starts: ``ADD JAR`` puts the jar on the driver's class path and
+ships it to the executors (a standalone cluster's too) from the driver, so applications run by
+spark-submit, the batch service and the tests' sessions all get it the same way.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyspark.sql import Column, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, _parse_datatype_string
+
+JAR = Path(__file__).with_name("msgdedup-jvm.jar")
+
+ENVELOPE_FIELDS = "msgdedup_envelope_fields"
+# EnvelopeFields.call's Row, field by field; received_at is one of received_iso (a string) and
+# received_ms (an integer).
+ENVELOPE_FIELDS_TYPE = (
+    "struct<message_id string, address string, received_iso string, received_ms bigint, "
+    "properties map<string,string>, txn_id string, source_id string, seq bigint, body string>")
+_FUNCTIONS: dict[str, tuple[str, str]] = {ENVELOPE_FIELDS: ("msgdedup.jvm.EnvelopeFields", ENVELOPE_FIELDS_TYPE)}
+
+
+class JarMissing(RuntimeError):
+    """The jar was not built: ``make setup`` builds it."""
+
+
+def envelope_fields(spark: SparkSession, raw: Column) -> Column:
+    """``EnvelopeFields`` of a binary column: ENVELOPE_FIELDS_TYPE, or null for the slow way."""
+    register(spark, ENVELOPE_FIELDS)
+    return F.call_function(ENVELOPE_FIELDS, raw)
+
+
+def register(spark: SparkSession, name: str) -> None:
+    """Make ``name`` callable in ``spark`` (functions belong to a session; the jar, once added,
+    to the whole application)."""
+    if spark.catalog.functionExists(name):
+        return
+    if not JAR.is_file():
+        raise JarMissing(f"{JAR} is missing: build it with `make setup` (scripts/build_jvm.sh)")
+    if f"/jars/{JAR.name}" not in spark.sparkContext._jsc.sc().listJars().toString():
+        quoted = str(JAR).replace("\\", "\\\\").replace("'", "\\'")
+        spark.sql(f"ADD JAR '{quoted}'")
+    class_name, return_type = _FUNCTIONS[name]
+    spark.udf.registerJavaFunction(name, class_name, _returns(return_type))
+
+
+def _returns(ddl: str) -> DataType:
+    return _parse_datatype_string(ddl)
