@@ -141,7 +141,8 @@ def _spark_view(row) -> dict:
         return {"error": row.error}
     return {
         "error": None, "message_id": row.message_id, "address": row.address,
-        "received_us": row.received_us, "properties": [tuple(entry) for entry in row.properties or ()], "txn_id": row.txn_id,
+        "received_us": row.received_us, "properties": [tuple(entry) for entry in row.properties or ()],
+        "txn_id": row.txn_id,
         "source_id": row.source_id, "seq": row.seq, "body": row.body, "extra_fields": dict(row.extra_fields or {}),
     }
 
