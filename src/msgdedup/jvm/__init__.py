@@ -17,17 +17,17 @@ from pathlib import Path
 
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, _parse_datatype_string
+from pyspark.sql.types import DataType
 
 JAR = Path(__file__).with_name("msgdedup-jvm.jar")
 
 ENVELOPE_FIELDS = "msgdedup_envelope_fields"
+_ENVELOPE_FIELDS_CLASS = "msgdedup.jvm.EnvelopeFields"
 # EnvelopeFields.call's Row, field by field; received_at is one of received_iso (a string) and
 # received_ms (an integer).
 ENVELOPE_FIELDS_TYPE = (
     "struct<message_id string, address string, received_iso string, received_ms bigint, "
     "properties map<string,string>, txn_id string, source_id string, seq bigint, body string>")
-_FUNCTIONS: dict[str, tuple[str, str]] = {ENVELOPE_FIELDS: ("msgdedup.jvm.EnvelopeFields", ENVELOPE_FIELDS_TYPE)}
 
 
 class JarMissing(RuntimeError):
@@ -36,23 +36,20 @@ class JarMissing(RuntimeError):
 
 def envelope_fields(spark: SparkSession, raw: Column) -> Column:
     """``EnvelopeFields`` of a binary column: ENVELOPE_FIELDS_TYPE, or null for the slow way."""
-    register(spark, ENVELOPE_FIELDS)
+    _register(spark)
     return F.call_function(ENVELOPE_FIELDS, raw)
 
 
-def register(spark: SparkSession, name: str) -> None:
-    """Make ``name`` callable in ``spark`` (functions belong to a session; the jar, once added,
-    to the whole application)."""
-    if spark.catalog.functionExists(name):
+def _register(spark: SparkSession) -> None:
+    """Functions belong to a session (the engine plans a small input in a session of its own);
+    the jar, once added, to the whole application."""
+    if spark.catalog.functionExists(ENVELOPE_FIELDS):
         return
     if not JAR.is_file():
         raise JarMissing(f"{JAR} is missing: build it with `make setup` (scripts/build_jvm.sh)")
-    if f"/jars/{JAR.name}" not in spark.sparkContext._jsc.sc().listJars().toString():
+    added = [row[0] for row in spark.sql("LIST JARS").collect()]
+    if not any(url.endswith(f"/{JAR.name}") for url in added):
         quoted = str(JAR).replace("\\", "\\\\").replace("'", "\\'")
         spark.sql(f"ADD JAR '{quoted}'")
-    class_name, return_type = _FUNCTIONS[name]
-    spark.udf.registerJavaFunction(name, class_name, _returns(return_type))
-
-
-def _returns(ddl: str) -> DataType:
-    return _parse_datatype_string(ddl)
+    spark.udf.registerJavaFunction(ENVELOPE_FIELDS, _ENVELOPE_FIELDS_CLASS,
+                                   DataType.fromDDL(ENVELOPE_FIELDS_TYPE))
