@@ -84,6 +84,10 @@ def test_accounting_and_id_cache_occupancy(spark):
         2, "cache orders.eu holds 1 keys more than once")
     assert occupancy["idle"].snapshot_problem is None and occupancy["idle"].entries == 0
     assert occupancy["ghost"].snapshot_problem.startswith("cache ghost is not declared in the manifest")
+    # no Apama cache in the manifest: the same rows without computing the queues
+    assert not tables.has_apama_caches(manifest)
+    without_queues = tables.id_cache_occupancy(snapshot, tables.cache_sizes(spark, manifest), apama=False)
+    assert {r.cache: r for r in without_queues.collect()} == occupancy
 
 
 def test_id_cache_occupancy_counts_every_repeat_of_a_key_and_an_entry_without_one(spark):
@@ -211,6 +215,7 @@ def test_key_window_without_sender_queues_plans_no_sender_gaps(spark):
         True, False, True, False]
     assert not tables.keeps_sender_queues({"caches": {"orders.eu": {"policy": "count", "id_cache_size": 3}}})
     assert not tables.keeps_sender_queues({"caches": {"q": {"policy": "apama", "per_source_window": 0}}})
+    assert tables.has_apama_caches({"caches": {"q": {"policy": "apama", "per_source_window": 0}}})
     assert tables.keeps_sender_queues({"caches": {"q": {"policy": "apama", "per_source_window": 2000}}})
 
 

@@ -300,7 +300,8 @@ def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str,
         "key_window": key_window,
         "transactions": lambda: tables.transactions(batch.delivered, batch.dropped),
         "accounting": accounting,
-        "id_cache": lambda: tables.id_cache_occupancy(batch.id_cache, sizes),
+        "id_cache": lambda: tables.id_cache_occupancy(batch.id_cache, sizes,
+                                                       apama=tables.has_apama_caches(batch.manifest)),
     }
 
 

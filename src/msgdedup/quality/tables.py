@@ -57,6 +57,11 @@ def keeps_sender_queues(manifest: Mapping) -> bool:
                for info in (manifest.get("caches") or {}).values())
 
 
+def has_apama_caches(manifest: Mapping) -> bool:
+    """Whether any cache of the manifest is an Apama cache (§8.2)."""
+    return any(info.get("policy") == "apama" for info in (manifest.get("caches") or {}).values())
+
+
 def _hash_of(columns: tuple[str, ...]) -> Column:
     """The 64-bit hash the exceptions are narrowed by: one definition, since the frames of repeated
     hashes are joined back to their rows by it."""
@@ -498,7 +503,7 @@ def accounting(
     return accounting_from_counts(spark, manifest, output_counts(delivered, dropped, quarantine).first().asDict())
 
 
-def id_cache_occupancy(id_cache: DataFrame, sizes: DataFrame) -> DataFrame:
+def id_cache_occupancy(id_cache: DataFrame, sizes: DataFrame, apama: bool = True) -> DataFrame:
     """Per cache: entries in this batch's snapshot against the cache's size.
 
     A snapshot larger than the cache would make the next batch see keys that Artemis had
@@ -511,14 +516,17 @@ def id_cache_occupancy(id_cache: DataFrame, sizes: DataFrame) -> DataFrame:
     entries whose hash of (cache, key) repeats (``_possibly_repeated``; normally none), rather than
     grouping every entry by its key: the same numbers for less work (1.1 s against 1.9 s for a
     warm gate's million entries, docs/benchmarks.md). The manifest's caches join the counts as rows
-    of their own, which gives a full outer join's rows without another shuffle.
+    of their own, which gives a full outer join's rows without another shuffle. ``apama``: False
+    when no cache of the manifest is an Apama cache (``has_apama_caches``): the queues' checks
+    compare with an Apama cache's windows, which no other cache has, so they are not computed
+    (three Spark jobs over the snapshot).
     """
     keyed = id_cache.where(F.col("dedup_key").isNotNull())
     excess = (
         _possibly_repeated(keyed.select(*_KEY), _KEY).groupBy(*_KEY).agg(F.count(F.lit(1)).alias("_n"))
         .where(F.col("_n") > 1).groupBy("cache").agg(F.sum(F.col("_n") - 1).alias("_excess"))
     )
-    queues = _apama_queues(id_cache)
+    queues = _apama_queues(id_cache) if apama else _no_apama_queues(id_cache.sparkSession)
     declared = sizes.select("cache", F.lit(None).cast("long").alias("_held"), F.lit(None).cast("long").alias("_keyed"),
                             "policy", "id_cache_size", "manifest_entries")
     held = id_cache.groupBy("cache").agg(F.count(F.lit(1)).alias("_held"), F.count("dedup_key").alias("_keyed"))
@@ -563,14 +571,17 @@ def _apama_queues(id_cache: DataFrame) -> DataFrame:
     far apart the instants of its shared queue are (``_shared_span_us``). Few rows: Apama entries
     are bounded by their windows."""
     if "queue" not in id_cache.columns:  # a snapshot from before policies existed
-        return local_frame(
-            id_cache.sparkSession, [], "cache string, _longest_sender long, _sender string, _shared_span_us long")
+        return _no_apama_queues(id_cache.sparkSession)
     senders = (id_cache.where(F.col("queue") == "sender").groupBy("cache", "source_id").count()
                .groupBy("cache").agg(F.max_by("source_id", "count").alias("_sender"),
                                      F.max("count").alias("_longest_sender")))
     shared = (id_cache.where(F.col("queue") == "shared").groupBy("cache")
               .agg((F.max("received_at_us") - F.min("received_at_us")).alias("_shared_span_us")))
     return senders.join(shared, "cache", "full")
+
+
+def _no_apama_queues(spark: SparkSession) -> DataFrame:
+    return local_frame(spark, [], "cache string, _longest_sender long, _sender string, _shared_span_us long")
 
 
 def _int_or_none(value) -> int | None:
