@@ -9,7 +9,10 @@ src="$(cd "$(dirname "$0")/../src" && pwd)"
 jar="$src/msgdedup/jvm/msgdedup-jvm.jar"
 spark_home="$("$venv/bin/python" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')"
 for tool in javac jar; do
-  command -v "$tool" >/dev/null || { echo "build_jvm.sh: $tool not found: install a JDK 17" >&2; exit 1; }
+  if ! command -v "$tool" >/dev/null; then
+    echo "build_jvm.sh: $tool not found: install a JDK 17 (Debian: openjdk-17-jdk-headless)" >&2
+    exit 1
+  fi
 done
 classes="$(mktemp -d)"
 trap 'rm -rf "$classes"' EXIT
