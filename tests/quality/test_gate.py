@@ -13,6 +13,7 @@ from msgdedup.quality import GateInputError, run_gate
 from msgdedup.exit_codes import USER_ERROR as EXIT_USER_ERROR
 from msgdedup.quality import gate
 from msgdedup.quality.gate import GateSettings, main
+from msgdedup.quality.materialise import HASHES_HEAP_SHARE_CONF
 from tests.quality.warehouse_fixture import (
     DELIVERED_DDL, DROPPED_DDL, ID_CACHE_DDL, delivered, dropped, entry, two_batches, write_rows,
 )
@@ -45,14 +46,18 @@ def pristine(spark, tmp_path_factory) -> Path:
 @pytest.fixture(params=["pandas", "spark", "mixed"])
 def engine(request, spark):
     """The checked tables validated by GX on pandas frames in the driver (a small batch, as these
-    are), on Spark frames (a batch too large to collect), or mixed: a batch checked in Spark whose
-    tables of at most 4 rows (here accounting, id_cache and transactions) are collected from their
-    cache and validated on pandas (as a large batch's few counts, caches and transactions are):
-    every corruption fails either way."""
+    are), on Spark frames (a batch too large to collect: its exceptions' repeated hashes found by
+    aggregations in Spark too, not on the driver), or mixed: a batch checked in Spark whose tables
+    of at most 4 rows (here accounting, id_cache and transactions) are collected from their cache
+    and validated on pandas (as a large batch's few counts, caches and transactions are): every
+    corruption fails either way."""
     if request.param != "pandas":
         spark.conf.set(DRIVER_DECIDE_LINES_CONF, "-1" if request.param == "spark" else "4")
+    if request.param == "spark":
+        spark.conf.set(HASHES_HEAP_SHARE_CONF, "0")
     yield request.param
     spark.conf.unset(DRIVER_DECIDE_LINES_CONF)
+    spark.conf.unset(HASHES_HEAP_SHARE_CONF)
 
 
 @pytest.fixture()

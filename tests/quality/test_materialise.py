@@ -7,7 +7,8 @@ import pytest
 
 from msgdedup.quality.materialise import (
     CACHE_COMPRESSED, LIMIT_INITIAL_PARTITIONS, SHUFFLE_PARTITIONS, UNCOMPRESSED_HEAP_SHARE_CONF,
-    UNCOMPRESSED_LINE_BYTES, MaterialisedTables, SmallFrames, cache_settings, gate_session,
+    HASHES_HEAP_SHARE_CONF, UNCOMPRESSED_LINE_BYTES, MaterialisedTables, SmallFrames, cache_settings, gate_session,
+    hashes_on_driver,
 )
 
 
@@ -27,6 +28,45 @@ def test_gate_session_starts_from_the_callers_settings_and_keeps_its_own_to_itse
 
 def test_gate_session_keeps_a_configured_shuffle_partition_count(spark):
     assert gate_session(spark).conf.get(SHUFFLE_PARTITIONS) == spark.conf.get(SHUFFLE_PARTITIONS)
+
+
+def test_small_frames_are_given_the_hashes_that_repeat_found_on_the_driver(spark):
+    """With ``hashes``, each frame is built on the values of its column that repeat, found in one
+    collected pass (nulls are no values): none (an empty relation, dropped from the plans that join
+    it), a few (a local table of them), or more than ``limit`` (None: the frame aggregates its rows
+    itself)."""
+    hashes = spark.createDataFrame(
+        [(i, 7 if i < 2 else 8 if i < 4 else 100 + i, i % 20) for i in range(40)] + [(None, None, None)] * 2,
+        "none long, few long, many long")
+    given = {}
+
+    def build(name):
+        def frame(repeated):
+            given[name] = repeated
+            return spark.range(0) if repeated is None else repeated
+        return frame
+
+    small = SmallFrames(spark, {name: build(name) for name in ("none", "few", "many")}, limit=10, hashes=lambda: hashes)
+    try:
+        assert small.get("none").collect() == [] and given["none"].collect() == []
+        assert "LocalRelation <empty>" in small.get("none")._jdf.queryExecution().optimizedPlan().toString()
+        assert sorted(r._hash for r in given["few"].collect()) == [7, 8]
+        assert sorted(r._hash for r in small.get("few").collect()) == [7, 8]
+        assert small.get("many").collect() == [] and given["many"] is None
+        assert small.rows == {"none": 0, "few": 2, "many": 0}
+    finally:
+        small.close()
+
+
+def test_hashes_go_to_the_driver_while_they_fit_its_heaps_share(spark):
+    heap = spark.sparkContext._jvm.java.lang.Runtime.getRuntime().maxMemory()
+    assert hashes_on_driver(spark, 1_000)
+    assert not hashes_on_driver(spark, heap)
+    spark.conf.set(HASHES_HEAP_SHARE_CONF, "0")
+    try:
+        assert not hashes_on_driver(spark, 1)
+    finally:
+        spark.conf.unset(HASHES_HEAP_SHARE_CONF)
 
 
 def test_tables_are_cached_uncompressed_only_while_they_fit_the_heaps_share(spark):
@@ -85,9 +125,9 @@ def test_a_table_with_few_rows_comes_back_as_a_pandas_frame_and_a_larger_one_sta
 
 def test_small_frames_come_back_as_local_tables_and_large_ones_stay_lazy(spark):
     small = SmallFrames(spark, {
-        "none": lambda: spark.range(100).where("id < 0"),
-        "few": lambda: spark.range(100).where("id < 3"),
-        "many": lambda: spark.range(100).where("id < 50"),
+        "none": lambda _: spark.range(100).where("id < 0"),
+        "few": lambda _: spark.range(100).where("id < 3"),
+        "many": lambda _: spark.range(100).where("id < 50"),
     }, limit=10)
     try:
         # Empty: optimised into an empty local relation, so a join to it disappears from the plan.

@@ -140,9 +140,10 @@ def test_key_window_names_deliveries_that_share_a_cache_seq(spark):
     assert [rows[m] for m in ("n3", "n4", "n5", "n6")] == [None, None, None, None]
 
 
-def test_tables_are_the_same_with_their_exceptions_computed_first(spark):
-    """The gate computes repeated ids, keys accepted again and shared cache_seqs first and hands
-    them over as local tables (materialise.SmallFrames); the rows must be the ones computed in-plan."""
+def _every_exception(spark):
+    """(parent snapshot, delivered, dropped) with an exception of each kind: n3 is delivered and
+    dropped, n3 and n4 share cache_seq 7, k4 and k2 are in the parent, k9 is accepted twice; n5
+    has no key, a dropped row no message_id."""
     parent = frame(spark, [entry("k2", 2, "m2", "B1"), entry("k4", 4, "m4", "B1")], ID_CACHE_DDL)
     batch = frame(spark, [
         delivered("n1", 1, "k4", 5), delivered("n2", 2, "k2", 6), delivered("n3", 3, "k9", 7),
@@ -150,6 +151,13 @@ def test_tables_are_the_same_with_their_exceptions_computed_first(spark):
     ], DELIVERED_DDL)
     gone = frame(spark, [dropped("n3", 7, "k9", "duplicate", "n3"), dropped(None, 8, "k3", "duplicate", "n1")],
                  DROPPED_DDL)
+    return parent, batch, gone
+
+
+def test_tables_are_the_same_with_their_exceptions_computed_first(spark):
+    """The gate computes repeated ids, keys accepted again and shared cache_seqs first and hands
+    them over as local tables (materialise.SmallFrames); the rows must be the ones computed in-plan."""
+    parent, batch, gone = _every_exception(spark)
     size = sizes(spark, **{"orders.eu": 3})
 
     def local(df):
@@ -166,6 +174,30 @@ def test_tables_are_the_same_with_their_exceptions_computed_first(spark):
         tables.key_window(batch, gone, parent, size, "B2"))
     assert rows(tables.messages(batch, gone, local(tables.repeated_message_ids(batch, gone)))) == rows(
         tables.messages(batch, gone))
+
+
+def test_the_hashes_that_repeat_in_one_pass_are_those_each_exception_finds(spark):
+    """``exception_hashes``: a column per exception over delivered, dropped and the parent snapshot
+    together; the hashes that repeat in a column give each exception the rows its own aggregation
+    gives it, for every kind of exception."""
+    parent, batch, gone = _every_exception(spark)
+    hashes = tables.exception_hashes(batch, gone, parent).collect()
+
+    def repeated(column):
+        seen = [r[column] for r in hashes if r[column] is not None]
+        values = sorted({h for h in seen if seen.count(h) > 1})
+        return spark.createDataFrame([(h,) for h in values], "_hash long")
+
+    def rows(df):
+        return sorted((tuple(r) for r in df.collect()), key=repr)
+
+    assert len(hashes) == 6 + 2 + 2
+    assert rows(tables.repeated_message_ids(batch, gone, repeated(tables.REPEATED_MESSAGE_IDS))) == rows(
+        tables.repeated_message_ids(batch, gone)) == [("n3", 2, 1)]
+    assert rows(tables.shared_cache_seq_counts(batch, repeated(tables.SHARED_CACHE_SEQ_COUNTS))) == rows(
+        tables.shared_cache_seq_counts(batch)) == [("orders.eu", 7, 2)]
+    assert rows(repeated(tables.REPEATED_KEY_HASHES)) == rows(tables.repeated_key_hashes(batch, parent, "B2"))
+    assert repeated(tables.REPEATED_KEY_HASHES).count() == 3  # k4, k2 and k9
 
 
 def test_key_window_orders_keys_sharing_a_hash_with_another_as_keys_with_no_previous_acceptance(spark):

@@ -7,18 +7,21 @@ checkpoint per table (``checks.py``, ``expectations/``), updates the Data Docs s
 ``<warehouse>/quality/<batch_id>/result.json``. It only needs a SparkSession, so the dedup
 step and the gate can share one Spark application.
 
-The driver only receives aggregates and bounded samples (``checks.SAMPLE_ROWS`` rows per
-failed expectation); everything proportional to the data stays in Spark.
+The driver receives aggregates and bounded samples (``checks.SAMPLE_ROWS`` rows per failed
+expectation), and what is proportional to the data only where it fits set limits: a small batch's
+checked tables (validated on pandas) and a hash per output row (``materialise.SmallFrames``);
+a larger batch's stay in Spark.
 
 Cost: GX asks several questions of each table per expectation (counts, sample values, sample
 rows), each a Spark job, so every checked table is computed once and cached before GX sees it
 (``materialise.py``); GX validates each table as soon as it is cached, while the others are
 still being computed, several Spark tables at once (``_validate``). The few exceptions the big
-tables join back to their rows (repeated message_ids, hashes of keys accepted again, shared cache_seqs)
-are computed first and, when small, handed over as local tables (``materialise.SmallFrames``),
-so no batch row is shuffled. The GX project (context, checkpoints, suites) is opened once per
-process and quality directory and reused by later gate calls (a long-lived driver gates batch
-after batch). The Data Docs site is built once per batch rather than once per checkpoint.
+tables join back to their rows (repeated message_ids, hashes of keys accepted again, shared
+cache_seqs) are computed first (their repeated hashes found on the driver, in one pass over the
+outputs) and, when small, handed over as local tables (``materialise.SmallFrames``), so no batch
+row is shuffled. The GX project (context, checkpoints, suites) is opened once per process and
+quality directory and reused by later gate calls (a long-lived driver gates batch after batch).
+The Data Docs site is built once per batch rather than once per checkpoint.
 ``result.json`` records the seconds each step took (``timings``; ``derive_s`` overlaps
 ``validate_s``).
 """
@@ -49,7 +52,9 @@ from msgdedup.engine.filesystem import HadoopFS, local_directory
 from msgdedup.engine.planning import application_settings, decides_on_driver, driver_decide_lines, small_plan
 from msgdedup.quality import tables
 from msgdedup.quality.checks import CHECKED_TABLES, DATA_DOCS_SITE, checkpoint_name
-from msgdedup.quality.materialise import MaterialisedTables, SmallFrames, cache_settings, gate_session
+from msgdedup.quality.materialise import (
+    MaterialisedTables, SmallFrames, cache_settings, gate_session, hashes_on_driver,
+)
 from msgdedup.quality.project import default_project_dir, open_context
 
 log = logging.getLogger(__name__)
@@ -261,13 +266,32 @@ def lineage(spark: SparkSession, warehouse: str, batch_id: str, manifest: dict) 
                               observed=observed, sample_rows=[], kwargs={"column": "parent"})
 
 
-def small_frames(batch: BatchOutputs, batch_id: str) -> dict[str, Callable[[], DataFrame]]:
-    """The exceptions the big checked tables join back to their rows (``materialise.SmallFrames``)."""
+def small_frames(batch: BatchOutputs, batch_id: str) -> dict[str, Callable[[DataFrame | None], DataFrame]]:
+    """The exceptions the big checked tables join back to their rows (``materialise.SmallFrames``),
+    each a function of its repeated hashes (None: found by an aggregation of its own)."""
     return {
-        "repeated_message_ids": lambda: tables.repeated_message_ids(batch.delivered, batch.dropped),
-        "repeated_key_hashes": lambda: tables.repeated_key_hashes(batch.delivered, batch.parent_id_cache, batch_id),
-        "shared_cache_seq_counts": lambda: tables.shared_cache_seq_counts(batch.delivered),
+        tables.REPEATED_MESSAGE_IDS: lambda hashes: tables.repeated_message_ids(batch.delivered, batch.dropped, hashes),
+        tables.REPEATED_KEY_HASHES: lambda hashes: hashes if hashes is not None
+        else tables.repeated_key_hashes(batch.delivered, batch.parent_id_cache, batch_id),
+        tables.SHARED_CACHE_SEQ_COUNTS: lambda hashes: tables.shared_cache_seq_counts(batch.delivered, hashes),
     }
+
+
+def exception_hashes(spark: SparkSession, warehouse: str, batch: BatchOutputs) -> Callable[[], DataFrame] | None:
+    """``tables.exception_hashes`` of the batch, for ``SmallFrames`` to find their repeats on the
+    driver, where its rows fit there by the manifests (the batch's lines and its parent snapshot's
+    entries); else None, and each exception is found by an aggregation in Spark. A manifest that does
+    not say counts as too many rows: the gate checks manifests it cannot trust."""
+    try:
+        rows = int(batch.manifest["counts"]["input_lines"])
+        parent = (batch.manifest.get("parent") or {}).get("batch_id")
+        if parent:
+            rows += sum(int(cache["entries"]) for cache in read_manifest(spark, warehouse, parent)["caches"].values())
+    except (GateInputError, KeyError, TypeError, ValueError, AttributeError):
+        return None
+    if not hashes_on_driver(spark, rows):
+        return None
+    return lambda: tables.exception_hashes(batch.delivered, batch.dropped, batch.parent_id_cache)
 
 
 def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str,
@@ -288,15 +312,15 @@ def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str,
         return tables.accounting_from_counts(spark, batch.manifest, counts.asDict())
 
     def key_window() -> DataFrame:
-        again = get("repeated_key_hashes")
-        repeats = small.rows.get("repeated_key_hashes") if small is not None else None  # None: not counted
-        shared = tables.shared_cache_seqs(batch.delivered, get("shared_cache_seq_counts"))
+        again = get(tables.REPEATED_KEY_HASHES)
+        repeats = small.rows.get(tables.REPEATED_KEY_HASHES) if small is not None else None  # None: not counted
+        shared = tables.shared_cache_seqs(batch.delivered, get(tables.SHARED_CACHE_SEQ_COUNTS))
         return tables.key_window(batch.delivered, batch.dropped, batch.parent_id_cache, sizes, batch_id,
                                  again, shared, repeats=repeats,
                                  sender_queues=tables.keeps_sender_queues(batch.manifest))
 
     return {
-        "messages": lambda: tables.messages(batch.delivered, batch.dropped, get("repeated_message_ids")),
+        "messages": lambda: tables.messages(batch.delivered, batch.dropped, get(tables.REPEATED_MESSAGE_IDS)),
         "key_window": key_window,
         "transactions": lambda: tables.transactions(batch.delivered, batch.dropped),
         "accounting": accounting,
@@ -513,7 +537,7 @@ def run_gate(
     checked: MaterialisedTables | None = None
     small: SmallFrames | None = None
     try:
-        small = SmallFrames(session, small_frames(batch, batch_id))
+        small = SmallFrames(session, small_frames(batch, batch_id), hashes=exception_hashes(session, warehouse, batch))
         checked = MaterialisedTables(session, checked_tables(session, batch, batch_id, small), on_driver,
                                      driver_rows=driver_decide_lines(session))
         with timer.step("import_gx"):

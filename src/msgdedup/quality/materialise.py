@@ -18,6 +18,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Callable, Iterator
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 from pyspark import StorageLevel
@@ -161,6 +162,33 @@ class MaterialisedTables:
             frame.unpersist()
 
 
+# The repeated hashes a SmallFrames frame is given (``tables._possibly_repeated``'s ``hashes``).
+HASH_SCHEMA = "_hash long"
+HASHES = "exception_hashes"  # the job group of their pass over the outputs
+
+# ``SmallFrames``' hashes on the driver: a row of three nullable 64-bit hashes is about 25 bytes in
+# Arrow, held by the driver's JVM while it serves them and by its Python while numpy sorts a
+# column; they are collected when the rows fit this share of the driver's heap (1M messages and
+# 500K snapshot entries, about 38 MiB: a 1g driver holds them; a 5M batch's go to the aggregations).
+HASH_ROW_BYTES = 32
+HASHES_HEAP_SHARE = 0.1
+HASHES_HEAP_SHARE_CONF = "spark.msgdedup.gateHashesHeapShare"
+
+
+def hashes_on_driver(spark: SparkSession, rows: float) -> bool:
+    """Whether ``SmallFrames`` finds the repeated hashes of ``rows`` rows on the driver (the same
+    frames either way, not the same cost); 0 for the share: never."""
+    share = float(spark.conf.get(HASHES_HEAP_SHARE_CONF, str(HASHES_HEAP_SHARE)))
+    heap = spark.sparkContext._jvm.java.lang.Runtime.getRuntime().maxMemory()
+    return rows * HASH_ROW_BYTES <= heap * share
+
+
+def _repeated_values(column: pa.ChunkedArray) -> np.ndarray:
+    """The values that ``column`` holds more than once, each once (its nulls left out)."""
+    values = np.sort(column.drop_null().to_numpy())
+    return np.unique(values[1:][values[1:] == values[:-1]])
+
+
 def _to_pandas(frame: DataFrame) -> pd.DataFrame:
     return frame.toArrow().to_pandas(types_mapper=_NULLABLE_INTEGERS.get)
 
@@ -171,26 +199,47 @@ class SmallFrames:
     The checked tables find what is wrong by aggregation (a message_id in two rows, a key
     accepted again, a ``cache_seq`` used twice); normally nothing is, and joining those few
     rows back to the million rows of a batch by a shuffle moves every row for nothing. So each
-    such frame is computed first (one aggregation over its key columns, in a thread of its
-    own) and, when it has at most ``SMALL_ROWS`` rows, brought to the driver and handed to the
-    table as a broadcast table; when it is empty (the normal case) as an empty relation, which
-    Spark's optimiser drops from the plan altogether (a left join to nothing, a semi join to
-    nothing), so the table is a single pass over the outputs. Larger, the frame is handed over as the lazy
-    aggregation, joined by a shuffle as before. Either way the table's rows are the same.
+    such frame is computed first (in a thread of its own) and, when it has at most ``SMALL_ROWS``
+    rows, brought to the driver and handed to the table as a broadcast table; when it is empty
+    (the normal case) as an empty relation, which Spark's optimiser drops from the plan
+    altogether (a left join to nothing, a semi join to nothing), so the table is a single pass
+    over the outputs. Larger, the frame is handed over as the lazy aggregation, joined by a
+    shuffle as before. Either way the table's rows are the same.
+
+    Each frame narrows the rows it aggregates to those whose 64-bit hash repeats. ``frames``
+    maps its name to a function of those repeated hashes (``_hash``; None: the frame finds them
+    by an aggregation of its own). ``hashes``: a frame with a column of each frame's hashes,
+    named as the frame (null where a row has none of that kind), whose repeats are then found
+    on the driver, in one pass over the outputs without a shuffle, and handed to each frame as a
+    local table (None where more than ``limit`` repeat: a badly broken batch). The caller gives
+    it where its rows fit the driver (``hashes_on_driver``).
     """
 
-    def __init__(self, spark: SparkSession, frames: dict[str, Callable[[], DataFrame]],
-                 limit: int = SMALL_ROWS) -> None:
+    def __init__(self, spark: SparkSession, frames: dict[str, Callable[[DataFrame | None], DataFrame]],
+                 limit: int = SMALL_ROWS, hashes: Callable[[], DataFrame] | None = None) -> None:
         self._spark = spark
         self._limit = limit
         self.rows: dict[str, int | None] = {}
-        self._pool = ThreadPoolExecutor(max_workers=max(1, len(frames)), thread_name_prefix="gx-gate-small")
-        self._futures: dict[str, Future] = {name: self._pool.submit(self._compute, name, build)
-                                            for name, build in frames.items()}
+        self._pool = ThreadPoolExecutor(max_workers=len(frames) + 1, thread_name_prefix="gx-gate-small")
+        self._futures: dict[str, Future] = {}
+        if hashes is not None:
+            self._futures[HASHES] = self._pool.submit(self._repeated_on_driver, hashes)
+        self._repeats = self._futures.get(HASHES)
+        self._futures.update({name: self._pool.submit(self._compute, name, build) for name, build in frames.items()})
 
-    def _compute(self, name: str, build: Callable[[], DataFrame]) -> DataFrame:
+    def _repeated_on_driver(self, hashes: Callable[[], DataFrame]) -> dict[str, DataFrame | None]:
+        self._spark.sparkContext.setJobGroup(f"gx-gate-derive-{HASHES}", "GX gate: compute the exceptions' hashes")
+        table = hashes().toArrow()
+        found = {name: _repeated_values(table[name]) for name in table.column_names}
+        del table
+        pa.default_memory_pool().release_unused()
+        return {name: None if len(values) > self._limit
+                else local_frame(self._spark, [(int(v),) for v in values], HASH_SCHEMA)
+                for name, values in found.items()}
+
+    def _compute(self, name: str, build: Callable[[DataFrame | None], DataFrame]) -> DataFrame:
         self._spark.sparkContext.setJobGroup(f"gx-gate-derive-{name}", f"GX gate: compute {name}")
-        frame = build()
+        frame = build(None if self._repeats is None else self._repeats.result()[name])
         rows = frame.limit(self._limit + 1).collect()
         if len(rows) > self._limit:
             self.rows[name] = None

@@ -75,25 +75,65 @@ def _repeated_hashes(rows: DataFrame, columns: tuple[str, ...]) -> DataFrame:
             .select("_hash"))
 
 
-def _possibly_repeated(rows: DataFrame, columns: tuple[str, ...]) -> DataFrame:
+def _possibly_repeated(rows: DataFrame, columns: tuple[str, ...], hashes: DataFrame | None = None) -> DataFrame:
     """The rows whose values of ``columns`` may be in another row too: those whose 64-bit hash
     of them is (all of the repeated ones, and any that share a hash with another). The caller
     aggregates these by the values themselves, which decides: a hash only narrows the rows.
-    The rows left are normally none, and their hashes are broadcast."""
-    hashes = _repeated_hashes(rows, columns)
+    The rows left are normally none, and their hashes are broadcast. ``hashes``: the repeated
+    hashes (``_hash``) when the caller found them already (``exception_hashes``)."""
+    if hashes is None:
+        hashes = _repeated_hashes(rows, columns)
     return rows.join(F.broadcast(hashes), _hash_of(columns) == F.col("_hash"), "left_semi")
 
 
-def repeated_message_ids(delivered: DataFrame, dropped: DataFrame) -> DataFrame:
+# The exceptions the checked tables are narrowed by, each found among the rows whose 64-bit hash
+# repeats: the names of their frames (the gate's ``SmallFrames``) and of their hash columns in
+# ``exception_hashes``.
+REPEATED_MESSAGE_IDS = "repeated_message_ids"
+REPEATED_KEY_HASHES = "repeated_key_hashes"
+SHARED_CACHE_SEQ_COUNTS = "shared_cache_seq_counts"
+
+
+def exception_hashes(delivered: DataFrame, dropped: DataFrame, parent_id_cache: DataFrame) -> DataFrame:
+    """A row per row of delivered, dropped and the parent snapshot, with the hash each exception
+    groups that row by, or null where the exception does not look at the row: its message_id
+    (``repeated_message_ids``: delivered and dropped), its cache and cache_seq
+    (``shared_cache_seq_counts``: numbered deliveries), its cache and key
+    (``repeated_key_hashes``: this batch's acceptances and the snapshot's).
+
+    The hashes that repeat in a column are the ones that exception's own aggregation finds. A
+    caller that finds them itself (the gate, on the driver, ``materialise.SmallFrames``) reads the
+    outputs once for the three, and shuffles nothing: three aggregations of a million hashes each
+    were 1.8-5.6 s of a warm application against 0.4-0.9 s for this frame collected and its
+    repeats found by numpy (docs/benchmarks.md)."""
+    none = F.lit(None).cast("long")
+
+    def unless(condition: Column, columns: tuple[str, ...]) -> Column:
+        return F.when(condition, _hash_of(columns))
+
+    ids = unless(F.col("message_id").isNotNull(), ("message_id",))
+    return (
+        delivered.select(ids.alias(REPEATED_MESSAGE_IDS),
+                         unless(_is_numbered(), ("cache", "cache_seq")).alias(SHARED_CACHE_SEQ_COUNTS),
+                         unless(_is_accepted(), _KEY).alias(REPEATED_KEY_HASHES))
+        .unionByName(dropped.select(ids.alias(REPEATED_MESSAGE_IDS), none.alias(SHARED_CACHE_SEQ_COUNTS),
+                                    none.alias(REPEATED_KEY_HASHES)))
+        .unionByName(parent_id_cache.select(none.alias(REPEATED_MESSAGE_IDS), none.alias(SHARED_CACHE_SEQ_COUNTS),
+                                            _hash_of(_KEY).alias(REPEATED_KEY_HASHES)))
+    )
+
+
+def repeated_message_ids(delivered: DataFrame, dropped: DataFrame, hashes: DataFrame | None = None) -> DataFrame:
     """``message_id, _copies, _delivered_copies`` of every message_id in more than one row of
     delivered and dropped together (normally none). Aggregated over the id column only, so the
-    rows themselves never move: ``messages`` joins these few back to them."""
+    rows themselves never move: ``messages`` joins these few back to them. ``hashes``: the
+    repeated hashes of the ids, when the caller found them (``exception_hashes``)."""
     ids = (
         delivered.select("message_id", F.lit(1).alias("_is_delivered"))
         .unionByName(dropped.select("message_id", F.lit(0).alias("_is_delivered")))
     )
     return (
-        _possibly_repeated(ids.where(F.col("message_id").isNotNull()), ("message_id",))
+        _possibly_repeated(ids.where(F.col("message_id").isNotNull()), ("message_id",), hashes)
         .groupBy("message_id")
         .agg(F.count(F.lit(1)).alias("_copies"), F.sum("_is_delivered").cast("long").alias("_delivered_copies"))
         .where(F.col("_copies") > 1)
@@ -149,10 +189,15 @@ def _entry_policy(id_cache: DataFrame) -> Column:
             .otherwise("count"))
 
 
+def _is_accepted() -> Column:
+    """A delivery that is an acceptance of its key: one with a cache (the others have no key)."""
+    return F.col("cache").isNotNull()
+
+
 def _current_acceptances(delivered: DataFrame, batch_id: str) -> DataFrame:
     """This batch's checked deliveries as acceptances of their (cache, dedup_key), with the
     instant they entered a time or Apama cache with (§8.4)."""
-    return delivered.where(F.col("cache").isNotNull()).select(
+    return delivered.where(_is_accepted()).select(
         "cache", "dedup_key", "cache_seq", "message_id",
         F.lit(batch_id).alias("accepted_batch_id"), F.lit(True).alias("_in_batch"),
         _column_or_null(delivered, "entered_at_us").alias("entered_at_us"),
@@ -193,15 +238,20 @@ def _key_hash() -> Column:
     return _hash_of(_KEY)
 
 
+def _is_numbered() -> Column:
+    return F.col("cache").isNotNull() & F.col("cache_seq").isNotNull()
+
+
 def _numbered(delivered: DataFrame) -> DataFrame:
-    return delivered.where(F.col("cache").isNotNull() & F.col("cache_seq").isNotNull())
+    return delivered.where(_is_numbered())
 
 
-def shared_cache_seq_counts(delivered: DataFrame) -> DataFrame:
+def shared_cache_seq_counts(delivered: DataFrame, hashes: DataFrame | None = None) -> DataFrame:
     """``cache, cache_seq, _sharing`` of every (cache, cache_seq) that more than one delivery of
-    this batch carries (normally none)."""
+    this batch carries (normally none). ``hashes``: the repeated hashes of the numbers, when the
+    caller found them (``exception_hashes``)."""
     return (
-        _possibly_repeated(_numbered(delivered).select("cache", "cache_seq"), ("cache", "cache_seq"))
+        _possibly_repeated(_numbered(delivered).select("cache", "cache_seq"), ("cache", "cache_seq"), hashes)
         .groupBy("cache", "cache_seq").agg(F.count(F.lit(1)).alias("_sharing"))
         .where(F.col("_sharing") > 1)
     )
