@@ -103,19 +103,19 @@ def exception_hashes(delivered: DataFrame, dropped: DataFrame, parent_id_cache: 
 
     The hashes that repeat in a column are the ones that exception's own aggregation finds. A
     caller that finds them itself (the gate, on the driver, ``materialise.SmallFrames``) reads the
-    outputs once for the three, and shuffles nothing: three aggregations of a million hashes each
-    were 1.8-5.6 s of a warm application against 0.4-0.9 s for this frame collected and its
-    repeats found by numpy (docs/benchmarks.md)."""
+    outputs once for the three, and shuffles nothing: at 1M messages the three aggregations took
+    1.8-2.3 s of a warm application (5.6 s the first time), this frame collected and its repeats
+    found by numpy 0.4-0.5 s (0.9 s; docs/benchmarks.md)."""
     none = F.lit(None).cast("long")
 
-    def unless(condition: Column, columns: tuple[str, ...]) -> Column:
+    def hash_where(condition: Column, columns: tuple[str, ...]) -> Column:
         return F.when(condition, _hash_of(columns))
 
-    ids = unless(F.col("message_id").isNotNull(), ("message_id",))
+    ids = hash_where(F.col("message_id").isNotNull(), ("message_id",))
     return (
         delivered.select(ids.alias(REPEATED_MESSAGE_IDS),
-                         unless(_is_numbered(), ("cache", "cache_seq")).alias(SHARED_CACHE_SEQ_COUNTS),
-                         unless(_is_accepted(), _KEY).alias(REPEATED_KEY_HASHES))
+                         hash_where(_is_numbered(), ("cache", "cache_seq")).alias(SHARED_CACHE_SEQ_COUNTS),
+                         hash_where(_is_accepted(), _KEY).alias(REPEATED_KEY_HASHES))
         .unionByName(dropped.select(ids.alias(REPEATED_MESSAGE_IDS), none.alias(SHARED_CACHE_SEQ_COUNTS),
                                     none.alias(REPEATED_KEY_HASHES)))
         .unionByName(parent_id_cache.select(none.alias(REPEATED_MESSAGE_IDS), none.alias(SHARED_CACHE_SEQ_COUNTS),
