@@ -24,7 +24,7 @@ from msgdedup.engine import kernel, windows
 from msgdedup.engine.batch import run_batch
 from msgdedup.engine.planning import (
     BROADCAST_HEAP_SHARE_CONF, DRIVER_DECIDE_LINES_CONF, DRIVER_KERNEL_ROWS_CONF, DRIVER_READ_BYTES_CONF,
-    DRIVER_SNAPSHOT_ROWS_CONF, LINE_LOOKUP_HEAP_SHARE_CONF, SMALL_INPUT_BYTES_CONF,
+    DRIVER_SNAPSHOT_ROWS_CONF, ID_HASHES_HEAP_SHARE_CONF, LINE_LOOKUP_HEAP_SHARE_CONF, SMALL_INPUT_BYTES_CONF,
 )
 from msgdedup.engine.filesystem import HadoopFS
 from msgdedup.engine.lease import WarehouseBusy
@@ -200,13 +200,16 @@ def planned(request, spark):
     session's shuffle partitions: planning.session_for) whose joins are too big for the driver to
     broadcast (planning.broadcast_rows) and whose kernel runs in a Spark task, as the delivered
     verdicts join the messages by a shuffle ("large") or by line number ("by line":
-    planning.looks_up_by_line), so every plan is held to the model."""
+    planning.looks_up_by_line), and the ids' repeated hashes are found by an aggregation ("large")
+    or on the driver (the others decided in Spark: planning.id_hashes_on_driver), so every plan is
+    held to the model."""
     if request.param == "collected":
         spark.conf.set(DRIVER_SNAPSHOT_ROWS_CONF, "-1")
     if request.param not in ("driver", "collected"):
         spark.conf.set(DRIVER_DECIDE_LINES_CONF, "-1")
     if request.param == "large":
         spark.conf.set(LINE_LOOKUP_HEAP_SHARE_CONF, "0")
+        spark.conf.set(ID_HASHES_HEAP_SHARE_CONF, "0")
     if request.param in ("large", "by line"):
         spark.conf.set(DRIVER_READ_BYTES_CONF, "-1")
         spark.conf.set(SMALL_INPUT_BYTES_CONF, "-1")
@@ -215,6 +218,7 @@ def planned(request, spark):
     yield spark
     spark.conf.unset(DRIVER_SNAPSHOT_ROWS_CONF)
     spark.conf.unset(LINE_LOOKUP_HEAP_SHARE_CONF)
+    spark.conf.unset(ID_HASHES_HEAP_SHARE_CONF)
     spark.conf.unset(DRIVER_KERNEL_ROWS_CONF)
     spark.conf.unset(BROADCAST_HEAP_SHARE_CONF)
     spark.conf.unset(SMALL_INPUT_BYTES_CONF)

@@ -32,13 +32,14 @@ from msgdedup.engine import audit, driver_decide, kernel, line_lookup, manifest 
 from msgdedup.engine.filesystem import HadoopFS
 from msgdedup.engine.planning import (
     BROADCAST_ROW_BYTES, OUTPUT_VERDICT_BYTES, application_settings, broadcast_rows, decides_on_driver,
-    kernel_on_driver, looks_up_by_line, reads_on_driver, session_for, snapshot_on_driver,
+    id_hashes_on_driver, kernel_on_driver, looks_up_by_line, reads_on_driver, session_for, snapshot_on_driver,
 )
 from msgdedup.engine.reading import InputError, list_input_files, plain_json_lines, read_lines, read_on_driver
 from msgdedup.engine.lease import WarehouseBusy
 from msgdedup.engine.warehouse import CommitConflict, Transaction, Warehouse, failpoint
 from msgdedup.layout import LEFT_KEYS, BatchIdError, validate_batch_id
 from msgdedup.local_frames import local_frame
+from msgdedup.repeats import repeated_values, values_frame
 from msgdedup.timing import StepTimer
 
 PROG = "dedup_batch"
@@ -188,15 +189,16 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     apama = cache_windows.of_policy(windows, APAMA)
     valid, invalid = transforms.split_valid(parsed)
     domains = _domains(addresses, settings)
-    if decides_on_driver(spark, input_lines):
-        decide, with_keys = _decide_on_driver, None
+    on_driver = decides_on_driver(spark, input_lines)
+    if on_driver:
+        with_keys = None
         if parsed_on_driver is not None:  # keyed from the rows the driver holds, without a Spark job
             keys = driver_decide.key_columns(parsed_on_driver, domains)
         else:
             keys = parsing.with_cache_keys(valid, _domain_frame(spark, domains)).select(*transforms.KEY_COLUMNS)
             keys = keys.toArrow()
     else:
-        decide, with_keys = _decide_in_spark, parsing.with_cache_keys(valid, _domain_frame(spark, domains))
+        with_keys = parsing.with_cache_keys(valid, _domain_frame(spark, domains))
         keys = with_keys.select(*transforms.KEY_COLUMNS)
     snapshot = _parent_snapshot(spark, warehouse, txn.parent, windows)
     parent = _Parent(
@@ -204,8 +206,10 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
         apama=snapshot.filter(F.col("cache").isin(apama)) if apama and snapshot is not None else None,
         left=_parent_left_keys(spark, warehouse, txn.parent, windows) if settings.audit_horizon else None,
         on_driver=_parent_snapshot_on_driver(spark, warehouse, txn.parent, parent_manifest, windows)
-        if decide is _decide_on_driver else None)
-    decided = decide(spark, keys, parent, windows, txn.batch_id, [f.path for f in files], kept)
+        if on_driver else None)
+    source_files = [f.path for f in files]
+    decided = (_decide_on_driver(spark, keys, parent, windows, txn.batch_id, source_files, kept) if on_driver
+               else _decide_in_spark(spark, keys, parent, windows, txn.batch_id, source_files, kept, input_lines))
     tally = decided.tally
     caches = manifests.cache_counters(windows, tally.accepted_per_cache(),
                                       tally.clocks(windows, decided.apama_clocks))
@@ -221,7 +225,7 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
             met[0] if met else local_frame(spark, [], audit.ENTRY_SCHEMA))
         candidates = audit.audit_candidates(decided.verdicts,
                                             audit.audit_keys(decided.repeated_keys, decided.left_met))
-        if decide is _decide_in_spark:  # read twice, and found by a pass over every verdict: kept
+        if not on_driver:  # read twice, and found by a pass over every verdict: kept
             candidates = _kept(candidates, kept)
         misses = audit.window_misses(candidates, earlier, bounds, txn.batch_id)
         window_audit = audit.report(caches, audit.summary(misses).collect())
@@ -233,7 +237,7 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     # driver's plan has its verdicts in local tables, which bring the keys along where the
     # messages' would be a join, and a Spark job, per output.
     verdicts = decided.verdicts
-    keys_in_verdicts = decide is _decide_on_driver
+    keys_in_verdicts = on_driver
     messages = valid if keys_in_verdicts else with_keys
 
     def verdicts_of(outcome: str) -> DataFrame:
@@ -347,7 +351,7 @@ class _Decided:
 
 
 def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, windows: dict, batch_id: str,
-                     source_files: list[str], kept: list[DataFrame]) -> _Decided:
+                     source_files: list[str], kept: list[DataFrame], input_lines: int) -> _Decided:
     """transforms.py's plan: uncontested units by joins and windows, in parallel; contested ones
     through the kernel, on the driver when they are few (planning.kernel_on_driver), else in one
     Spark task."""
@@ -356,8 +360,8 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
     # and read from here by the next ones
     keys = _kept(keys, kept)
     # the ids that may repeat, by their hashes (usually none: then no pass joins or looks for copies)
-    suspects = _kept(transforms.repeated_id_hashes(keys), kept)
-    suspected, copied = suspects.count(), 0
+    suspects, suspected = _suspects(spark, keys, input_lines, kept)
+    copied = 0
     if suspected:
         repeated_ids = _kept(transforms.repeated_message_ids(
             transforms.with_repeated_hash(keys, _broadcast_if_small(suspects, suspected))), kept)
@@ -411,6 +415,19 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
     queues = transforms.kernel_rows(decisions, kernel.ENTRY).select(*transforms.SNAPSHOT_COLUMNS)
     return _Decided(verdicts, copies, repeated_keys, entries_met, left_met, _union(queues, resting),
                     apama_clocks, tally)
+
+
+def _suspects(spark: SparkSession, keys: DataFrame, input_lines: int, kept: list[DataFrame]) -> tuple[DataFrame, int]:
+    """The hashes of the ids that may repeat (transforms.repeated_id_hashes) and how many: found
+    on the driver from the collected hashes (msgdedup.repeats) where they fit it
+    (planning.id_hashes_on_driver), which the pass that computes ``keys`` serves, else by an
+    aggregation: a shuffle and two jobs more (about 1 s of a 1M batch, docs/benchmarks.md)."""
+    if id_hashes_on_driver(spark, input_lines):
+        repeated = repeated_values(keys.select(transforms.id_hash().alias("id_hash")).toArrow()["id_hash"])
+        pa.default_memory_pool().release_unused()  # the collected hashes: 8 bytes a message
+        return values_frame(spark, repeated, "id_hash"), len(repeated)
+    suspects = _kept(transforms.repeated_id_hashes(keys), kept)
+    return suspects, suspects.count()
 
 
 def _decide_on_driver(spark: SparkSession, key_rows: pa.Table, parent: _Parent, windows: dict, batch_id: str,

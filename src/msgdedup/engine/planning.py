@@ -200,10 +200,28 @@ def looks_up_by_line(spark: SparkSession, input_lines: int, instants: bool) -> b
     line number (``instants``: a cache keeps them, a second array): the same rows either way (the
     engine-vs-model property tests run both), not the same cost."""
     line_bytes = LINE_LOOKUP_BYTES + (INSTANT_LOOKUP_BYTES if instants else 0)
-    return input_lines * line_bytes <= _heap_share(spark, LINE_LOOKUP_HEAP_SHARE_CONF, LINE_LOOKUP_HEAP_SHARE)
+    return input_lines * line_bytes <= heap_share(spark, LINE_LOOKUP_HEAP_SHARE_CONF, LINE_LOOKUP_HEAP_SHARE)
 
 
-def _heap_share(spark: SparkSession, conf: str, default: float) -> int:
+# A batch decided in Spark looks for repeated message ids among those whose 64-bit hash repeats
+# (transforms.repeated_id_hashes). The hashes are collected to the driver and sorted there
+# (msgdedup.repeats) when they fit this share of its heap: 8 bytes a message in the Arrow batches
+# its JVM serves, counted twice for the copies on their way (with a 1g driver up to about 6M
+# messages); else an aggregation groups them, a shuffle and two jobs (docs/benchmarks.md). 0: always
+# the aggregation.
+ID_HASH_BYTES = 16
+ID_HASHES_HEAP_SHARE = 0.1
+ID_HASHES_HEAP_SHARE_CONF = "spark.msgdedup.idHashesHeapShare"
+
+
+def id_hashes_on_driver(spark: SparkSession, input_lines: int) -> bool:
+    """Whether a batch of ``input_lines`` lines decided in Spark finds its repeated ids' hashes on
+    the driver: the same ids either way (the engine-vs-model property tests run both), not the
+    same cost."""
+    return input_lines * ID_HASH_BYTES <= heap_share(spark, ID_HASHES_HEAP_SHARE_CONF, ID_HASHES_HEAP_SHARE)
+
+
+def heap_share(spark: SparkSession, conf: str, default: float) -> int:
     """Bytes of the driver's heap that the share ``conf`` (``default`` unless set) is."""
     share = float(spark.conf.get(conf, str(default)))
     return int(spark.sparkContext._jvm.java.lang.Runtime.getRuntime().maxMemory() * share)
@@ -213,4 +231,4 @@ def broadcast_rows(spark: SparkSession, row_bytes: int = BROADCAST_ROW_BYTES) ->
     """Rows of ``row_bytes`` (BROADCAST_ROW_BYTES unless the frame is narrower) that the broadcast
     share of the driver's heap holds: a frame of at most this many rows is joined as a broadcast.
     Same outcome either way (the engine-vs-model property tests run both), not the same cost."""
-    return _heap_share(spark, BROADCAST_HEAP_SHARE_CONF, BROADCAST_HEAP_SHARE) // row_bytes
+    return heap_share(spark, BROADCAST_HEAP_SHARE_CONF, BROADCAST_HEAP_SHARE) // row_bytes

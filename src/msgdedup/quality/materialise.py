@@ -18,15 +18,15 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Callable, Iterator
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from msgdedup.engine.planning import derived_session
+from msgdedup.engine.planning import derived_session, heap_share
 from msgdedup.local_frames import local_frame
+from msgdedup.repeats import repeated_values, values_frame
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 LIMIT_INITIAL_PARTITIONS = "spark.sql.limit.initialNumPartitions"
@@ -162,8 +162,8 @@ class MaterialisedTables:
             frame.unpersist()
 
 
-# The repeated hashes a SmallFrames frame is given (``tables._possibly_repeated``'s ``hashes``).
-HASH_SCHEMA = "_hash long"
+# The column of repeated hashes a SmallFrames frame is given (``tables._possibly_repeated``'s ``hashes``).
+HASH_COLUMN = "_hash"
 HASHES = "exception_hashes"  # the job group of their pass over the outputs
 
 # ``SmallFrames``' hashes on the driver: a row of three nullable 64-bit hashes is about 25 bytes in
@@ -178,15 +178,8 @@ HASHES_HEAP_SHARE_CONF = "spark.msgdedup.gateHashesHeapShare"
 def hashes_on_driver(spark: SparkSession, rows: float) -> bool:
     """Whether ``SmallFrames`` finds the repeated hashes of ``rows`` rows on the driver (the same
     frames either way, not the same cost); 0 for the share: never."""
-    share = float(spark.conf.get(HASHES_HEAP_SHARE_CONF, str(HASHES_HEAP_SHARE)))
-    heap = spark.sparkContext._jvm.java.lang.Runtime.getRuntime().maxMemory()
-    return rows * HASH_ROW_BYTES <= heap * share
+    return rows * HASH_ROW_BYTES <= heap_share(spark, HASHES_HEAP_SHARE_CONF, HASHES_HEAP_SHARE)
 
-
-def _repeated_values(column: pa.ChunkedArray) -> np.ndarray:
-    """The values that ``column`` holds more than once, each once (its nulls left out)."""
-    values = np.sort(column.drop_null().to_numpy())
-    return np.unique(values[1:][values[1:] == values[:-1]])
 
 
 def _to_pandas(frame: DataFrame) -> pd.DataFrame:
@@ -230,11 +223,10 @@ class SmallFrames:
     def _repeated_on_driver(self, hashes: Callable[[], DataFrame]) -> dict[str, DataFrame | None]:
         self._spark.sparkContext.setJobGroup(f"gx-gate-derive-{HASHES}", "GX gate: compute the exceptions' hashes")
         table = hashes().toArrow()
-        found = {name: _repeated_values(table[name]) for name in table.column_names}
+        found = {name: repeated_values(table[name]) for name in table.column_names}
         del table
         pa.default_memory_pool().release_unused()
-        return {name: None if len(values) > self._limit
-                else local_frame(self._spark, [(int(v),) for v in values], HASH_SCHEMA)
+        return {name: None if len(values) > self._limit else values_frame(self._spark, values, HASH_COLUMN)
                 for name, values in found.items()}
 
     def _compute(self, name: str, build: Callable[[DataFrame | None], DataFrame]) -> DataFrame:
