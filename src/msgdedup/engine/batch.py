@@ -418,10 +418,10 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
 
 
 def _suspects(spark: SparkSession, keys: DataFrame, input_lines: int, kept: list[DataFrame]) -> tuple[DataFrame, int]:
-    """The hashes of the ids that may repeat (transforms.repeated_id_hashes) and how many: found
-    on the driver from the collected hashes (msgdedup.repeats) where they fit it
-    (planning.id_hashes_on_driver), which the pass that computes ``keys`` serves, else by an
-    aggregation: a shuffle and two jobs more (about 1 s of a 1M batch, docs/benchmarks.md)."""
+    """The hashes of the ids that may repeat (transforms.repeated_id_hashes) and how many. Where
+    they fit the driver (planning.id_hashes_on_driver), the pass that computes and keeps ``keys``
+    also collects them and numpy finds the repeats (msgdedup.repeats); else an aggregation does,
+    a shuffle and two jobs more (about 1 s of a 1M batch, docs/benchmarks.md)."""
     if id_hashes_on_driver(spark, input_lines):
         repeated = repeated_values(keys.select(transforms.id_hash().alias("id_hash")).toArrow()["id_hash"])
         pa.default_memory_pool().release_unused()  # the collected hashes: 8 bytes a message

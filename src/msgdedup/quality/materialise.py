@@ -181,7 +181,6 @@ def hashes_on_driver(spark: SparkSession, rows: float) -> bool:
     return rows * HASH_ROW_BYTES <= heap_share(spark, HASHES_HEAP_SHARE_CONF, HASHES_HEAP_SHARE)
 
 
-
 def _to_pandas(frame: DataFrame) -> pd.DataFrame:
     return frame.toArrow().to_pandas(types_mapper=_NULLABLE_INTEGERS.get)
 
