@@ -82,9 +82,7 @@ def cache_settings(spark: SparkSession, input_lines: int) -> dict[str, str]:
     set the compression itself). The tables' rows are the same either way."""
     if CACHE_COMPRESSED in spark.conf.getAll:
         return {}
-    share = float(spark.conf.get(UNCOMPRESSED_HEAP_SHARE_CONF, str(UNCOMPRESSED_HEAP_SHARE)))
-    heap = spark.sparkContext._jvm.java.lang.Runtime.getRuntime().maxMemory()
-    if input_lines * UNCOMPRESSED_LINE_BYTES > heap * share:
+    if input_lines * UNCOMPRESSED_LINE_BYTES > heap_share(spark, UNCOMPRESSED_HEAP_SHARE_CONF, UNCOMPRESSED_HEAP_SHARE):
         return {}
     return {CACHE_COMPRESSED: "false"}
 
