@@ -24,7 +24,8 @@ from msgdedup.engine import kernel, windows
 from msgdedup.engine.batch import run_batch
 from msgdedup.engine.planning import (
     BROADCAST_HEAP_SHARE_CONF, DRIVER_DECIDE_LINES_CONF, DRIVER_KERNEL_ROWS_CONF, DRIVER_READ_BYTES_CONF,
-    DRIVER_SNAPSHOT_ROWS_CONF, ID_HASHES_HEAP_SHARE_CONF, LINE_LOOKUP_HEAP_SHARE_CONF, SMALL_INPUT_BYTES_CONF,
+    DRIVER_SNAPSHOT_ROWS_CONF, ID_HASHES_HEAP_SHARE_CONF, LINE_LOOKUP_HEAP_SHARE_CONF, RANKS_HEAP_SHARE_CONF,
+    SMALL_INPUT_BYTES_CONF,
 )
 from msgdedup.engine.filesystem import HadoopFS
 from msgdedup.engine.lease import WarehouseBusy
@@ -201,8 +202,9 @@ def planned(request, spark):
     broadcast (planning.broadcast_rows) and whose kernel runs in a Spark task, as the delivered
     verdicts join the messages by a shuffle ("large") or by line number ("by line":
     planning.looks_up_by_line), and the ids' repeated hashes are found by an aggregation ("large")
-    or on the driver (the others decided in Spark: planning.id_hashes_on_driver), so every plan is
-    held to the model."""
+    or on the driver (the others decided in Spark: planning.id_hashes_on_driver), as are the
+    repeated keys and the units' ranks (by an aggregation and a window, or on the driver:
+    planning.ranks_on_driver, where no cache is an Apama one), so every plan is held to the model."""
     if request.param == "collected":
         spark.conf.set(DRIVER_SNAPSHOT_ROWS_CONF, "-1")
     if request.param not in ("driver", "collected"):
@@ -210,6 +212,7 @@ def planned(request, spark):
     if request.param == "large":
         spark.conf.set(LINE_LOOKUP_HEAP_SHARE_CONF, "0")
         spark.conf.set(ID_HASHES_HEAP_SHARE_CONF, "0")
+        spark.conf.set(RANKS_HEAP_SHARE_CONF, "0")
     if request.param in ("large", "by line"):
         spark.conf.set(DRIVER_READ_BYTES_CONF, "-1")
         spark.conf.set(SMALL_INPUT_BYTES_CONF, "-1")
@@ -219,6 +222,7 @@ def planned(request, spark):
     spark.conf.unset(DRIVER_SNAPSHOT_ROWS_CONF)
     spark.conf.unset(LINE_LOOKUP_HEAP_SHARE_CONF)
     spark.conf.unset(ID_HASHES_HEAP_SHARE_CONF)
+    spark.conf.unset(RANKS_HEAP_SHARE_CONF)
     spark.conf.unset(DRIVER_KERNEL_ROWS_CONF)
     spark.conf.unset(BROADCAST_HEAP_SHARE_CONF)
     spark.conf.unset(SMALL_INPUT_BYTES_CONF)

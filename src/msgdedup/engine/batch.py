@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -28,11 +29,12 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from msgdedup import __version__, exit_codes
 from msgdedup.config import APAMA, TIME, AddressSettings, ConfigError, load_settings
 from msgdedup.engine import audit, driver_decide, kernel, line_lookup, manifest as manifests, parsing, \
-    transforms, windows as cache_windows
+    transforms, unit_ranks, windows as cache_windows
 from msgdedup.engine.filesystem import HadoopFS
 from msgdedup.engine.planning import (
-    BROADCAST_ROW_BYTES, OUTPUT_VERDICT_BYTES, application_settings, broadcast_rows, decides_on_driver,
-    id_hashes_on_driver, kernel_on_driver, looks_up_by_line, reads_on_driver, session_for, snapshot_on_driver,
+    BROADCAST_ROW_BYTES, KEY_HASH_BYTES, OUTPUT_VERDICT_BYTES, application_settings, broadcast_rows,
+    decides_on_driver, id_hashes_on_driver, kernel_on_driver, looks_up_by_line, ranks_on_driver, reads_on_driver,
+    session_for, snapshot_on_driver,
 )
 from msgdedup.engine.reading import InputError, list_input_files, plain_json_lines, read_lines, read_on_driver
 from msgdedup.engine.lease import WarehouseBusy
@@ -359,8 +361,17 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
     # the key columns, computed once from the parsed rows (kept on disk, wide) by the first pass
     # and read from here by the next ones
     keys = _kept(keys, kept)
-    # the ids that may repeat, by their hashes (usually none: then no pass joins or looks for copies)
-    suspects, suspected = _suspects(spark, keys, input_lines, kept)
+    # the units ranked on the driver (unit_ranks.py), where they fit: the pass that computes the
+    # key columns collects what the ranks need, the ids' hashes with it
+    ranked = not apama and ranks_on_driver(spark, input_lines) and _caches_told_apart(spark, windows)
+    if ranked:
+        positioned = _kept(transforms.position_units(keys), kept)
+        rows = positioned.select(*unit_ranks.columns()).toArrow()
+        repeated = repeated_values(rows["id_hash"])
+        suspects, suspected = values_frame(spark, repeated, "id_hash"), len(repeated)
+    else:
+        # the ids that may repeat, by their hashes (usually none: then no pass joins or looks for copies)
+        suspects, suspected = _suspects(spark, keys, input_lines, kept)
     copied = 0
     if suspected:
         repeated_ids = _kept(transforms.repeated_message_ids(
@@ -370,6 +381,16 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
                                                            source_files), kept)
                if copied else transforms.flag_duplicate_message_ids(keys, None, source_files))
     messages = transforms.messages(flagged)
+    copies = (transforms.copies(flagged) if copied
+              else local_frame(spark, [], from_arrow_schema(driver_decide.COPY_SCHEMA)))
+    if ranked:
+        if copied:  # a copy is no message (it may have closed a transaction): placed again without them
+            positioned = _kept(transforms.position_units(messages), kept)
+            rows = positioned.select(*unit_ranks.columns()).toArrow()
+        decided = _decide_ranked(spark, positioned, rows, parent, windows, batch_id, copies, kept)
+        if decided is not None:
+            return decided
+        del rows
     batch_keys = _kept(transforms.batch_keys(messages), kept)
     keys_side = batch_keys
     if parent.counted is not None or parent.left is not None:
@@ -396,6 +417,20 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
     marked = transforms.mark_repeated(messages, _broadcast_if_small(contested_keys, contested_keys.count()), apama,
                                       quiet)
     units = _kept(transforms.rank_in_caches(transforms.assign_units(marked)), kept)
+    verdicts, decisions = _verdicts(spark, units, kernel_entries, copies, windows, batch_id, kept)
+    tally = _Tally(transforms.verdict_counts(verdicts).collect())
+    apama_clocks = {r["cache"]: r["received_at_us"]
+                    for r in transforms.kernel_rows(decisions, kernel.CLOCK).collect()} if apama else {}
+    queues = transforms.kernel_rows(decisions, kernel.ENTRY).select(*transforms.SNAPSHOT_COLUMNS)
+    return _Decided(verdicts, copies, repeated_keys, entries_met, left_met, _union(queues, resting),
+                    apama_clocks, tally)
+
+
+def _verdicts(spark: SparkSession, units: DataFrame, kernel_entries: DataFrame | None, copies: DataFrame,
+              windows: dict, batch_id: str, kept: list[DataFrame]) -> tuple[DataFrame, DataFrame]:
+    """Every valid message's verdict (kept) and the kernel's output: the contested ``units``
+    through the kernel with the parent's ``kernel_entries``, on the driver when they are few
+    (planning.kernel_on_driver), else in one Spark task; the others by ``transforms.verdicts``."""
     stream = transforms.decision_stream(units, kernel_entries)
     stream_rows = stream.count()  # computes (and keeps) the units
     if kernel_on_driver(spark, stream_rows):
@@ -404,17 +439,54 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
             transforms.OUTPUT_SPARK_SCHEMA)
     else:
         decisions = _kept(transforms.decide(stream, windows, batch_id), kept)
-    copies = (transforms.copies(flagged) if copied
-              else local_frame(spark, [], from_arrow_schema(driver_decide.COPY_SCHEMA)))
     # the kernel's verdicts (at most a row per row of its stream) meet every unit: broadcast
     verdicts = _kept(transforms.verdicts(units, _broadcast_if_small(decisions, stream_rows), copies,
                                          _starts(spark, windows)), kept)
+    return verdicts, decisions
+
+
+def _decide_ranked(spark: SparkSession, positioned: DataFrame, rows: pa.Table, parent: _Parent, windows: dict,
+                   batch_id: str, copies: DataFrame, kept: list[DataFrame]) -> _Decided | None:
+    """``_decide_in_spark`` for a batch without Apama caches, whose units the driver ranks
+    (unit_ranks.py): ``positioned`` (transforms.position_units of its messages, kept) and its
+    ``rows`` (unit_ranks.COLLECTED); ``copies``: its repeated message ids (transforms.copies).
+    None where the ranks do not fit Spark's arrays."""
+    # The parent's entries, and its record of keys that left their window (§9), whose key hash
+    # the batch's keys have: kept for the kernel and the audit, and their hashes collected (a job
+    # each), so that the units of those keys are contested. An entry of another key with the same
+    # hash is never looked up by the kernel; a key that left its window is accepted there.
+    batch_hashes = rows["key_hash"].drop_null().unique()
+    known = _broadcast_if_small(values_frame(spark, batch_hashes.to_numpy(), "key_hash"), len(batch_hashes),
+                                KEY_HASH_BYTES)
+    hits = [None if entries is None else _kept(
+        entries.join(known, unit_ranks.key_hash() == known["key_hash"], "left_semi"), kept)
+        for entries in (parent.counted, parent.left)]
+    met = [hit.select(unit_ranks.key_hash()).toArrow().column(0).to_numpy() for hit in hits if hit is not None]
+    ranked = unit_ranks.rank(rows, np.unique(np.concatenate([np.empty(0, np.int64), *met])))
+    del rows, batch_hashes
+    pa.default_memory_pool().release_unused()
+    if ranked is None:
+        return None
+    ranks, contested = ranked
+    units = _kept(unit_ranks.units(positioned, spark.createDataFrame(ranks, unit_ranks.RANKS_SPARK_SCHEMA)), kept)
+    verdicts, _ = _verdicts(spark, units, hits[0], copies, windows, batch_id, kept)
     tally = _Tally(transforms.verdict_counts(verdicts).collect())
-    apama_clocks = {r["cache"]: r["received_at_us"]
-                    for r in transforms.kernel_rows(decisions, kernel.CLOCK).collect()} if apama else {}
-    queues = transforms.kernel_rows(decisions, kernel.ENTRY).select(*transforms.SNAPSHOT_COLUMNS)
-    return _Decided(verdicts, copies, repeated_keys, entries_met, left_met, _union(queues, resting),
-                    apama_clocks, tally)
+    # what the audit reads of the deciding, exact: every message of a key that repeats, or that the
+    # parent's entries or record hold, is contested
+    contested_keys = units.filter(F.col("contested") & F.col("cache").isNotNull()).select("cache", "dedup_key")
+    entries_met, left_met = (None if hit is None else hit.join(
+        _broadcast_if_small(contested_keys.distinct(), contested), ["cache", "dedup_key"], "left_semi")
+        for hit in hits)
+    repeated_keys = transforms.repeated_keys(transforms.batch_keys(contested_keys), entries_met)
+    apama_entries = local_frame(spark, [], transforms.SNAPSHOT_SCHEMA)
+    return _Decided(verdicts, copies, repeated_keys, entries_met, left_met, apama_entries, {}, tally)
+
+
+def _caches_told_apart(spark: SparkSession, windows: dict) -> bool:
+    """Whether unit_ranks.cache_hash tells the batch's caches (``windows``) apart; computed by
+    Spark on a local relation, without a job."""
+    names = local_frame(spark, [(name,) for name in windows], "cache string")
+    return unit_ranks.distinct_cache_hashes([r[0] for r in names.select(unit_ranks.cache_hash()).collect()])
 
 
 def _suspects(spark: SparkSession, keys: DataFrame, input_lines: int, kept: list[DataFrame]) -> tuple[DataFrame, int]:

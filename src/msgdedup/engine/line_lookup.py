@@ -97,13 +97,13 @@ def by_line(verdicts: pa.Table) -> pa.Table | None:
     indexes = sorted(sizes)
     return pa.table({
         "file_index": pa.array(indexes, pa.int64()),
-        "seq_in_batch": _lists([pa.array(seqs[i], mask=seqs[i] < NO_SEQ) for i in indexes], pa.int32()),
-        "entered_at_us": _lists([pa.array(instants[i], mask=~known[i]) for i in indexes], pa.int64()) if timed
+        "seq_in_batch": per_file_lists([pa.array(seqs[i], mask=seqs[i] < NO_SEQ) for i in indexes], pa.int32()),
+        "entered_at_us": per_file_lists([pa.array(instants[i], mask=~known[i]) for i in indexes], pa.int64()) if timed
         else pa.nulls(len(indexes), pa.list_(pa.int64())),
     }, schema=LOOKUP_SCHEMA)
 
 
-def _lists(arrays: list[pa.Array], kind: pa.DataType) -> pa.Array:
+def per_file_lists(arrays: list[pa.Array], kind: pa.DataType) -> pa.Array:
     """One list per file, from its array, without going through Python lists of numbers."""
     offsets = np.cumsum([0, *(len(a) for a in arrays)])
     return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.concat_arrays(arrays) if arrays

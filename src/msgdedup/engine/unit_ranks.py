@@ -1,0 +1,149 @@
+"""The units of a batch decided in Spark, contested or not and ranked in their caches, on the driver.
+
+transforms.py's plan finds the keys that repeat (in the batch, or in the parent's snapshot) by an
+aggregation of every key, marks the units holding one as contested, and ranks every keyed message
+in its cache by a window in unit order (``transforms.rank_in_caches``): two shuffles, one of them a
+sort of every keyed message, about a third of a 1M batch's decide step (docs/benchmarks.md). None
+of it needs the keys themselves, only a few numbers per message: its key's 64-bit hash, its cache's
+32-bit hash, its instant, its unit (``transforms.position_units``) and its row_id. The pass that
+computes the key columns collects them (``COLLECTED``), numpy finds the repeated hashes and sorts
+the messages in unit order, and the ranks go back to Spark as arrays indexed by line, as the
+delivered verdicts do (line_lookup.py): every message finds its rank by its line number, without a
+shuffle (``units``).
+
+A hash only chooses which units are contested, never a verdict. A key whose hash occurs once in the
+batch and not among the parent's entries' occurs once and is not in the snapshot, so its unit is
+rightly left to ``transforms.verdicts`` (accepted). Two keys that share a hash make their units
+contested, and the kernel decides them on the keys themselves (kernel.py: a contested unit whose
+keys are unique is accepted there, numbered as ``transforms.verdicts`` would). Caches are told apart
+by their hash only when the batch's caches' hashes are distinct (``distinct_cache_hashes``); units by
+their commit point's row_id, unique to each.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from msgdedup.engine.line_lookup import per_file_lists
+from msgdedup.engine.parsing import LINE_BITS, LINE_MASK
+
+# What the driver collects of every valid message (``columns``).
+COLLECTED = ["row_id", "id_hash", "key_hash", "cache_hash", "received_us", "unit_us", "unit_row"]
+# One row per input file: at position ``line_number - 1``, its message's unit is ``contested`` and,
+# for a message with a key, its ``free_rank`` and ``contested_rank`` (transforms.rank_in_caches);
+# null for a line without a valid message.
+RANKS_SCHEMA = pa.schema([
+    ("file_index", pa.int64()),
+    ("contested", pa.list_(pa.bool_())),
+    ("free_rank", pa.list_(pa.int32())),
+    ("contested_rank", pa.list_(pa.int32())),
+])
+RANKS_SPARK_SCHEMA = from_arrow_schema(RANKS_SCHEMA)
+# A Spark array holds at most this many elements, and a list column's offsets are 32-bit.
+_MAX_ELEMENTS = (1 << 31) - 16
+
+
+def key_hash() -> Column:
+    """A message's or an entry's key as 64 bits (null without a cache)."""
+    return F.when(F.col("cache").isNotNull(), F.xxhash64("cache", "dedup_key"))
+
+
+def cache_hash() -> Column:
+    """A cache's name as 32 bits (null without a cache)."""
+    return F.when(F.col("cache").isNotNull(), F.hash("cache"))
+
+
+def columns() -> list[Column]:
+    """``COLLECTED`` of ``transforms.position_units``' rows."""
+    return [F.col("row_id"), F.xxhash64("message_id").alias("id_hash"), key_hash().alias("key_hash"),
+            cache_hash().alias("cache_hash"), F.col("received_us"), F.col("unit_us"), F.col("unit_row")]
+
+
+def distinct_cache_hashes(hashes: list[int]) -> bool:
+    """Whether the caches' ``hashes`` (``cache_hash`` of every cache the batch can name) tell them apart."""
+    return len(set(hashes)) == len(hashes)
+
+
+def met(key_hashes: pa.ChunkedArray, parent_hashes: pa.ChunkedArray) -> np.ndarray:
+    """The hashes of the batch's keys (``COLLECTED``'s ``key_hash``) that the parent's entries
+    (their ``key_hash``) have too: the entries the batch can meet, usually few."""
+    return np.intersect1d(key_hashes.drop_null().to_numpy(), parent_hashes.drop_null().to_numpy())
+
+
+def rank(rows: pa.Table, met_hashes: np.ndarray) -> tuple[pa.Table, int] | None:
+    """The ranks of ``rows`` (``COLLECTED``: every valid message of the batch, no message id
+    repeated) as RANKS_SCHEMA, and how many messages are in contested units; None where they do
+    not fit Spark's arrays. ``met_hashes``: the key hashes the parent's entries have (``met``)."""
+    row_id = rows["row_id"].to_numpy()
+    keyed = rows["key_hash"].is_valid().to_numpy(zero_copy_only=False)
+    key = pc.fill_null(rows["key_hash"], 0).to_numpy()
+    repeated = np.union1d(_repeated(key[keyed]), met_hashes)
+    # a unit is contested when one of its messages' keys repeats; a unit is its commit point's row
+    hit = keyed & np.isin(key, repeated)
+    _, unit = np.unique(rows["unit_row"].to_numpy(), return_inverse=True)
+    contested = (np.bincount(unit, weights=hit) > 0)[unit]
+    # ranks in unit order within each cache: count_if over rows up to the current one
+    cache = pc.fill_null(rows["cache_hash"], 0).to_numpy()
+    order_keys = [rows[c].to_numpy() for c in ("row_id", "received_us", "unit_row", "unit_us")]
+    order = np.flatnonzero(keyed)[np.lexsort([k[keyed] for k in order_keys] + [cache[keyed]])]
+    free_rank, contested_rank = np.zeros(len(rows), np.int64), np.zeros(len(rows), np.int64)
+    if len(order):
+        in_cache = cache[order]
+        first = np.r_[True, in_cache[1:] != in_cache[:-1]]  # the first message of each cache
+        for counted, out in ((~contested[order], free_rank), (contested[order], contested_rank)):
+            running = np.cumsum(counted)
+            before = running - counted  # counted before each message
+            out[order] = running - np.maximum.accumulate(np.where(first, before, 0))
+    ranks = _by_line(row_id, contested, free_rank, contested_rank, keyed)
+    return None if ranks is None else (ranks, int(contested.sum()))
+
+
+def _repeated(values: np.ndarray) -> np.ndarray:
+    values = np.sort(values)
+    return np.unique(values[1:][values[1:] == values[:-1]])
+
+
+def _by_line(row_id: np.ndarray, contested: np.ndarray, free_rank: np.ndarray, contested_rank: np.ndarray,
+             keyed: np.ndarray) -> pa.Table | None:
+    """RANKS_SCHEMA's rows: each file's values scattered to their lines (a message's place in its
+    file is its row_id's line number). A line without a message is null, and so are the ranks of a
+    message without a key."""
+    files, position = row_id >> LINE_BITS, (row_id & LINE_MASK) - 1
+    indexes = np.unique(files)
+    mine = [files == index for index in indexes]
+    sizes = [int(position[m].max()) + 1 for m in mine]
+    if sum(sizes) > _MAX_ELEMENTS:
+        return None
+    lists = {"contested": [], "free_rank": [], "contested_rank": []}
+    for m, size in zip(mine, sizes, strict=True):
+        at = position[m]
+        present, known = np.zeros(size, bool), np.zeros(size, bool)
+        present[at], known[at] = True, keyed[m]
+        for name, values, valid in (("contested", contested, present), ("free_rank", free_rank, known),
+                                    ("contested_rank", contested_rank, known)):
+            line = np.zeros(size, RANKS_SCHEMA.field(name).type.value_type.to_pandas_dtype())
+            line[at] = values[m]
+            lists[name].append(pa.array(line, mask=~valid))
+    return pa.table({"file_index": pa.array(indexes, pa.int64()),
+                     **{name: per_file_lists(arrays, RANKS_SCHEMA.field(name).type.value_type)
+                        for name, arrays in lists.items()}}, schema=RANKS_SCHEMA)
+
+
+def units(positioned: DataFrame, ranks: DataFrame) -> DataFrame:
+    """``transforms.rank_in_caches(transforms.assign_units(transforms.mark_repeated(...)))``'s
+    rows for a batch without Apama caches: ``positioned`` (``transforms.position_units``) with
+    ``contested``, ``free_rank`` and ``contested_rank`` found by line in ``ranks`` (``rank``, few
+    rows: broadcast), and no message ``sequential`` or ``quiet``."""
+    line = F.col("row_id").bitwiseAND(LINE_MASK).cast("int")
+    at = lambda column: F.try_element_at(F.col(column), line)  # noqa: E731
+    return (positioned
+            .join(F.broadcast(ranks.withColumnRenamed("file_index", "_file_index")),
+                  F.shiftright("row_id", LINE_BITS) == F.col("_file_index"))
+            .select(*positioned.columns, F.lit(False).alias("sequential"), F.lit(False).alias("quiet"),
+                    at("contested").alias("contested"), at("free_rank").cast("long").alias("free_rank"),
+                    at("contested_rank").cast("long").alias("contested_rank")))
