@@ -26,7 +26,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
-from msgdedup import __version__, exit_codes
+from msgdedup import __version__, driver_memory, exit_codes
 from msgdedup.config import APAMA, TIME, AddressSettings, ConfigError, load_settings
 from msgdedup.engine import audit, driver_decide, kernel, line_lookup, manifest as manifests, parsing, \
     transforms, unit_ranks, windows as cache_windows
@@ -387,10 +387,11 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
         if copied:  # a copy is no message (it may have closed a transaction): placed again without them
             positioned = _kept(transforms.position_units(messages), kept)
             rows = positioned.select(*unit_ranks.columns()).toArrow()
-        decided = _decide_ranked(spark, positioned, rows, parent, windows, batch_id, copies, kept)
-        if decided is not None:
-            return decided
-        del rows
+        hits, ranks = _ranks(spark, rows, parent, kept)
+        del rows  # 52 bytes a message: not held while the outputs are written
+        driver_memory.release()
+        if ranks is not None:
+            return _decide_ranked(spark, positioned, ranks, hits, windows, batch_id, copies, kept)
     batch_keys = _kept(transforms.batch_keys(messages), kept)
     keys_side = batch_keys
     if parent.counted is not None or parent.left is not None:
@@ -445,16 +446,14 @@ def _verdicts(spark: SparkSession, units: DataFrame, kernel_entries: DataFrame |
     return verdicts, decisions
 
 
-def _decide_ranked(spark: SparkSession, positioned: DataFrame, rows: pa.Table, parent: _Parent, windows: dict,
-                   batch_id: str, copies: DataFrame, kept: list[DataFrame]) -> _Decided | None:
-    """``_decide_in_spark`` for a batch without Apama caches, whose units the driver ranks
-    (unit_ranks.py): ``positioned`` (transforms.position_units of its messages, kept) and its
-    ``rows`` (unit_ranks.COLLECTED); ``copies``: its repeated message ids (transforms.copies).
-    None where the ranks do not fit Spark's arrays."""
-    # The parent's entries, and its record of keys that left their window (§9), whose key hash
-    # the batch's keys have: kept for the kernel and the audit, and their hashes collected (a job
-    # each), so that the units of those keys are contested. An entry of another key with the same
-    # hash is never looked up by the kernel; a key that left its window is accepted there.
+def _ranks(spark: SparkSession, rows: pa.Table, parent: _Parent, kept: list[DataFrame]
+           ) -> tuple[list[DataFrame | None], tuple[pa.Table, int] | None]:
+    """The parent's entries and its record of keys that left their window (§9) whose key hash
+    the batch's keys (``rows``: unit_ranks.COLLECTED) have, kept (None: the parent has none of
+    that kind), and the units' ranks (unit_ranks.rank; None where they do not fit Spark's arrays).
+    The hits' hashes are collected (a job each), so that the units of their keys are contested:
+    an entry of another key with the same hash is never looked up by the kernel, and a key that
+    left its window is accepted there."""
     batch_hashes = rows["key_hash"].drop_null().unique()
     known = _broadcast_if_small(values_frame(spark, batch_hashes.to_numpy(), "key_hash"), len(batch_hashes),
                                 KEY_HASH_BYTES)
@@ -462,13 +461,19 @@ def _decide_ranked(spark: SparkSession, positioned: DataFrame, rows: pa.Table, p
         entries.join(known, unit_ranks.key_hash() == known["key_hash"], "left_semi"), kept)
         for entries in (parent.counted, parent.left)]
     met = [hit.select(unit_ranks.key_hash()).toArrow().column(0).to_numpy() for hit in hits if hit is not None]
-    ranked = unit_ranks.rank(rows, np.unique(np.concatenate([np.empty(0, np.int64), *met])))
-    del rows, batch_hashes
-    pa.default_memory_pool().release_unused()
-    if ranked is None:
-        return None
+    return hits, unit_ranks.rank(rows, np.unique(np.concatenate([np.empty(0, np.int64), *met])))
+
+
+def _decide_ranked(spark: SparkSession, positioned: DataFrame, ranked: tuple[pa.Table, int],
+                   hits: list[DataFrame | None], windows: dict, batch_id: str, copies: DataFrame,
+                   kept: list[DataFrame]) -> _Decided:
+    """``_decide_in_spark`` for a batch without Apama caches, whose units the driver ranked
+    (``_ranks``): ``positioned`` (transforms.position_units of its messages, kept), ``ranked``
+    (unit_ranks.rank) and ``hits`` (the parent's entries and left keys its keys' hashes meet);
+    ``copies``: its repeated message ids (transforms.copies)."""
     ranks, contested = ranked
     units = _kept(unit_ranks.units(positioned, spark.createDataFrame(ranks, unit_ranks.RANKS_SPARK_SCHEMA)), kept)
+    del ranks
     verdicts, _ = _verdicts(spark, units, hits[0], copies, windows, batch_id, kept)
     tally = _Tally(transforms.verdict_counts(verdicts).collect())
     # what the audit reads of the deciding, exact: every message of a key that repeats, or that the
@@ -496,7 +501,7 @@ def _suspects(spark: SparkSession, keys: DataFrame, input_lines: int, kept: list
     a shuffle and two jobs more (about 1 s of a 1M batch, docs/benchmarks.md)."""
     if id_hashes_on_driver(spark, input_lines):
         repeated = repeated_values(keys.select(transforms.id_hash().alias("id_hash")).toArrow()["id_hash"])
-        pa.default_memory_pool().release_unused()  # the collected hashes: 8 bytes a message
+        driver_memory.release()  # the collected hashes: 8 bytes a message
         return values_frame(spark, repeated, "id_hash"), len(repeated)
     suspects = _kept(transforms.repeated_id_hashes(keys), kept)
     return suspects, suspects.count()
@@ -613,7 +618,7 @@ def _lookup(spark: SparkSession, verdicts: DataFrame, starts: DataFrame, instant
     table = line_lookup.by_line(chosen.toArrow())
     lookup = None if table is None else spark.createDataFrame(table, line_lookup.LOOKUP_SPARK_SCHEMA)
     del table  # the JVM has the arrays now; the driver keeps neither them nor the verdicts for the writes
-    pa.default_memory_pool().release_unused()
+    driver_memory.release()
     return lookup
 
 

@@ -24,6 +24,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from msgdedup import driver_memory
 from msgdedup.engine.planning import derived_session, heap_share
 from msgdedup.local_frames import local_frame
 from msgdedup.repeats import repeated_values, values_frame
@@ -222,7 +223,7 @@ class SmallFrames:
         table = hashes().toArrow()
         found = {name: repeated_values(table[name]) for name in table.column_names}
         del table
-        pa.default_memory_pool().release_unused()
+        driver_memory.release()
         return {name: None if len(values) > self._limit else values_frame(self._spark, values, HASH_COLUMN)
                 for name, values in found.items()}
 
