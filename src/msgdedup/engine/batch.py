@@ -418,7 +418,7 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
     marked = transforms.mark_repeated(messages, _broadcast_if_small(contested_keys, contested_keys.count()), apama,
                                       quiet)
     units = _kept(transforms.rank_in_caches(transforms.assign_units(marked)), kept)
-    verdicts, decisions = _verdicts(spark, units, kernel_entries, copies, windows, batch_id, kept)
+    verdicts, decisions, _ = _verdicts(spark, units, kernel_entries, copies, windows, batch_id, kept)
     tally = _Tally(transforms.verdict_counts(verdicts).collect())
     apama_clocks = {r["cache"]: r["received_at_us"]
                     for r in transforms.kernel_rows(decisions, kernel.CLOCK).collect()} if apama else {}
@@ -428,22 +428,25 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
 
 
 def _verdicts(spark: SparkSession, units: DataFrame, kernel_entries: DataFrame | None, copies: DataFrame,
-              windows: dict, batch_id: str, kept: list[DataFrame]) -> tuple[DataFrame, DataFrame]:
-    """Every valid message's verdict (kept) and the kernel's output: the contested ``units``
-    through the kernel with the parent's ``kernel_entries``, on the driver when they are few
-    (planning.kernel_on_driver), else in one Spark task; the others by ``transforms.verdicts``."""
+              windows: dict, batch_id: str, kept: list[DataFrame]
+              ) -> tuple[DataFrame, DataFrame, pa.Table | None]:
+    """Every valid message's verdict (kept), the kernel's output, and its stream where the driver
+    holds it (else None): the contested ``units`` through the kernel with the parent's
+    ``kernel_entries``, on the driver when they are few (planning.kernel_on_driver), else in one
+    Spark task; the others by ``transforms.verdicts``."""
     stream = transforms.decision_stream(units, kernel_entries)
     stream_rows = stream.count()  # computes (and keeps) the units
+    held = None
     if kernel_on_driver(spark, stream_rows):
-        decisions = spark.createDataFrame(
-            kernel.decide_table(transforms.in_unit_order_on_driver(stream.toArrow()).to_batches(), windows, batch_id),
-            transforms.OUTPUT_SPARK_SCHEMA)
+        held = transforms.in_unit_order_on_driver(stream.toArrow())
+        decisions = spark.createDataFrame(kernel.decide_table(held.to_batches(), windows, batch_id),
+                                          transforms.OUTPUT_SPARK_SCHEMA)
     else:
         decisions = _kept(transforms.decide(stream, windows, batch_id), kept)
     # the kernel's verdicts (at most a row per row of its stream) meet every unit: broadcast
     verdicts = _kept(transforms.verdicts(units, _broadcast_if_small(decisions, stream_rows), copies,
                                          _starts(spark, windows)), kept)
-    return verdicts, decisions
+    return verdicts, decisions, held
 
 
 def _ranks(spark: SparkSession, rows: pa.Table, parent: _Parent, kept: list[DataFrame]
@@ -474,15 +477,18 @@ def _decide_ranked(spark: SparkSession, positioned: DataFrame, ranked: tuple[pa.
     ranks, contested = ranked
     units = _kept(unit_ranks.units(positioned, spark.createDataFrame(ranks, unit_ranks.RANKS_SPARK_SCHEMA)), kept)
     del ranks
-    verdicts, _ = _verdicts(spark, units, hits[0], copies, windows, batch_id, kept)
+    verdicts, _, stream = _verdicts(spark, units, hits[0], copies, windows, batch_id, kept)
     tally = _Tally(transforms.verdict_counts(verdicts).collect())
-    # what the audit reads of the deciding, exact: every message of a key that repeats, or that the
-    # parent's entries or record hold, is contested
-    contested_keys = units.filter(F.col("contested") & F.col("cache").isNotNull()).select("cache", "dedup_key")
-    entries_met, left_met = (None if hit is None else hit.join(
-        _broadcast_if_small(contested_keys.distinct(), contested), ["cache", "dedup_key"], "left_semi")
-        for hit in hits)
-    repeated_keys = transforms.repeated_keys(transforms.batch_keys(contested_keys), entries_met)
+    # What the audit reads of the deciding (read only with the audit on; each kept, computed once,
+    # by the audit's first pass), exact: every message of a key that repeats, or that the parent's
+    # entries or record hold, is contested. The contested messages' keys are in the kernel's
+    # stream, where the driver holds it: else a pass over the units finds them.
+    contested_keys = (_kept(transforms.batch_keys(units.filter("contested")), kept) if stream is None
+                      else spark.createDataFrame(unit_ranks.contested_keys(stream), unit_ranks.KEY_COUNTS_SPARK_SCHEMA))
+    entries_met, left_met = (None if hit is None else _kept(hit.join(
+        _broadcast_if_small(contested_keys.select("cache", "dedup_key"), contested), ["cache", "dedup_key"],
+        "left_semi"), kept) for hit in hits)
+    repeated_keys = _kept(transforms.repeated_keys(contested_keys, entries_met), kept)
     apama_entries = local_frame(spark, [], transforms.SNAPSHOT_SCHEMA)
     return _Decided(verdicts, copies, repeated_keys, entries_met, left_met, apama_entries, {}, tally)
 

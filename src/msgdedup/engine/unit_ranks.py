@@ -29,6 +29,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from msgdedup.engine import kernel
 from msgdedup.engine.line_lookup import per_file_lists
 from msgdedup.engine.parsing import LINE_BITS, LINE_MASK
 
@@ -44,6 +45,9 @@ RANKS_SCHEMA = pa.schema([
     ("contested_rank", pa.list_(pa.int32())),
 ])
 RANKS_SPARK_SCHEMA = from_arrow_schema(RANKS_SCHEMA)
+# transforms.batch_keys' rows, of the contested messages (``contested_keys``).
+KEY_COUNTS_SCHEMA = pa.schema([("cache", pa.string()), ("dedup_key", pa.string()), ("count", pa.int64())])
+KEY_COUNTS_SPARK_SCHEMA = from_arrow_schema(KEY_COUNTS_SCHEMA)
 # A Spark array holds at most this many elements, and a list column's offsets are 32-bit.
 _MAX_ELEMENTS = (1 << 31) - 16
 
@@ -132,6 +136,17 @@ def _by_line(row_id: np.ndarray, contested: np.ndarray, free_rank: np.ndarray, c
     return pa.table({"file_index": pa.array(indexes, pa.int64()),
                      **{name: per_file_lists(arrays, RANKS_SCHEMA.field(name).type.value_type)
                         for name, arrays in lists.items()}}, schema=RANKS_SCHEMA)
+
+
+def contested_keys(stream: pa.Table) -> pa.Table:
+    """``transforms.batch_keys`` of the contested messages (KEY_COUNTS_SCHEMA), from the kernel's
+    ``stream`` (transforms.decision_stream) that the driver holds: every contested message is in
+    it (a batch without Apama caches has no passive ones), and so is every message of a key that
+    repeats or that the parent holds."""
+    messages = stream.filter(pc.and_(pc.equal(stream["phase"], kernel.MESSAGE_PHASE), stream["cache"].is_valid()))
+    counted = messages.group_by(["cache", "dedup_key"]).aggregate([([], "count_all")])
+    return counted.select(["cache", "dedup_key", "count_all"]).rename_columns(KEY_COUNTS_SCHEMA.names).cast(
+        KEY_COUNTS_SCHEMA)
 
 
 def units(positioned: DataFrame, ranks: DataFrame) -> DataFrame:
