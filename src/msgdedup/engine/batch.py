@@ -479,8 +479,8 @@ def _decide_ranked(spark: SparkSession, positioned: DataFrame, ranked: tuple[pa.
     del ranks
     verdicts, _, stream = _verdicts(spark, units, hits[0], copies, windows, batch_id, kept)
     tally = _Tally(transforms.verdict_counts(verdicts).collect())
-    # What the audit reads of the deciding (read only with the audit on; each kept, computed once,
-    # by the audit's first pass), exact: every message of a key that repeats, or that the parent's
+    # What the audit reads of the deciding (only with the audit on; what it reads twice is kept,
+    # computed once, by the audit's first pass), exact: every message of a key that repeats, or that the parent's
     # entries or record hold, is contested. The contested messages' keys are in the kernel's
     # stream, where the driver holds it: else a pass over the units finds them.
     contested_keys = (_kept(transforms.batch_keys(units.filter("contested")), kept) if stream is None
@@ -488,7 +488,7 @@ def _decide_ranked(spark: SparkSession, positioned: DataFrame, ranked: tuple[pa.
     entries_met, left_met = (None if hit is None else _kept(hit.join(
         _broadcast_if_small(contested_keys.select("cache", "dedup_key"), contested), ["cache", "dedup_key"],
         "left_semi"), kept) for hit in hits)
-    repeated_keys = _kept(transforms.repeated_keys(contested_keys, entries_met), kept)
+    repeated_keys = transforms.repeated_keys(contested_keys, entries_met)  # read once, by the audit's candidates
     apama_entries = local_frame(spark, [], transforms.SNAPSHOT_SCHEMA)
     return _Decided(verdicts, copies, repeated_keys, entries_met, left_met, apama_entries, {}, tally)
 
