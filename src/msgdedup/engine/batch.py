@@ -356,7 +356,9 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
                      source_files: list[str], kept: list[DataFrame], input_lines: int) -> _Decided:
     """transforms.py's plan: uncontested units by joins and windows, in parallel; contested ones
     through the kernel, on the driver when they are few (planning.kernel_on_driver), else in one
-    Spark task."""
+    Spark task. Which units are contested, and their ranks in their caches, the driver finds where
+    they fit it and no cache is an Apama one (``_ranks``, planning.ranks_on_driver); else an
+    aggregation of the keys and a window over every keyed message do."""
     apama = cache_windows.of_policy(windows, APAMA)
     # the key columns, computed once from the parsed rows (kept on disk, wide) by the first pass
     # and read from here by the next ones
@@ -480,9 +482,9 @@ def _decide_ranked(spark: SparkSession, positioned: DataFrame, ranked: tuple[pa.
     verdicts, _, stream = _verdicts(spark, units, hits[0], copies, windows, batch_id, kept)
     tally = _Tally(transforms.verdict_counts(verdicts).collect())
     # What the audit reads of the deciding (only with the audit on; what it reads twice is kept,
-    # computed once, by the audit's first pass), exact: every message of a key that repeats, or that the parent's
-    # entries or record hold, is contested. The contested messages' keys are in the kernel's
-    # stream, where the driver holds it: else a pass over the units finds them.
+    # computed once, by its first pass), exact: every message of a key that repeats, or that the
+    # parent's entries or record hold, is contested. The contested messages' keys are in the
+    # kernel's stream, where the driver holds it: else a pass over the units finds them.
     contested_keys = (_kept(transforms.batch_keys(units.filter("contested")), kept) if stream is None
                       else spark.createDataFrame(unit_ranks.contested_keys(stream), unit_ranks.KEY_COUNTS_SPARK_SCHEMA))
     entries_met, left_met = (None if hit is None else _kept(hit.join(
