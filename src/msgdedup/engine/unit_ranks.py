@@ -32,6 +32,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from msgdedup.engine import kernel
 from msgdedup.engine.line_lookup import per_file_lists
 from msgdedup.engine.parsing import LINE_BITS, LINE_MASK
+from msgdedup.repeats import repeated_values
 
 # What the driver collects of every valid message (``columns``).
 COLLECTED = ["row_id", "id_hash", "key_hash", "cache_hash", "received_us", "unit_us", "unit_row"]
@@ -73,20 +74,15 @@ def distinct_cache_hashes(hashes: list[int]) -> bool:
     return len(set(hashes)) == len(hashes)
 
 
-def met(key_hashes: pa.ChunkedArray, parent_hashes: pa.ChunkedArray) -> np.ndarray:
-    """The hashes of the batch's keys (``COLLECTED``'s ``key_hash``) that the parent's entries
-    (their ``key_hash``) have too: the entries the batch can meet, usually few."""
-    return np.intersect1d(key_hashes.drop_null().to_numpy(), parent_hashes.drop_null().to_numpy())
-
-
 def rank(rows: pa.Table, met_hashes: np.ndarray) -> tuple[pa.Table, int] | None:
     """The ranks of ``rows`` (``COLLECTED``: every valid message of the batch, no message id
     repeated) as RANKS_SCHEMA, and how many messages are in contested units; None where they do
-    not fit Spark's arrays. ``met_hashes``: the key hashes the parent's entries have (``met``)."""
+    not fit Spark's arrays. ``met_hashes``: the key hashes of the parent's entries (and left keys)
+    that the batch's keys have."""
     row_id = rows["row_id"].to_numpy()
     keyed = rows["key_hash"].is_valid().to_numpy(zero_copy_only=False)
     key = pc.fill_null(rows["key_hash"], 0).to_numpy()
-    repeated = np.union1d(_repeated(key[keyed]), met_hashes)
+    repeated = np.union1d(repeated_values(rows["key_hash"]), met_hashes)
     # a unit is contested when one of its messages' keys repeats; a unit is its commit point's row
     hit = keyed & np.isin(key, repeated)
     _, unit = np.unique(rows["unit_row"].to_numpy(), return_inverse=True)
@@ -105,11 +101,6 @@ def rank(rows: pa.Table, met_hashes: np.ndarray) -> tuple[pa.Table, int] | None:
             out[order] = running - np.maximum.accumulate(np.where(first, before, 0))
     ranks = _by_line(row_id, contested, free_rank, contested_rank, keyed)
     return None if ranks is None else (ranks, int(contested.sum()))
-
-
-def _repeated(values: np.ndarray) -> np.ndarray:
-    values = np.sort(values)
-    return np.unique(values[1:][values[1:] == values[:-1]])
 
 
 def _by_line(row_id: np.ndarray, contested: np.ndarray, free_rank: np.ndarray, contested_rank: np.ndarray,
