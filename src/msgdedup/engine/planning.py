@@ -224,7 +224,8 @@ def id_hashes_on_driver(spark: SparkSession, input_lines: int) -> bool:
 # A batch decided in Spark without Apama caches ranks its messages in their caches on the driver
 # (engine/unit_ranks.py) when they fit this share of its heap: per message six longs and an int
 # (row_id, two hashes, instant, unit, cache hash: 52 bytes in the Arrow batches its JVM serves),
-# counted twice for the copies on their way; with a 1g driver up to about 1.8M messages. Else an
+# counted twice for the copies on their way. A fifth of the heap, where the other collections take
+# a tenth, so that a 1M batch qualifies with a 1g driver (up to about 1.8M messages). Else an
 # aggregation finds the repeated keys and a window over every keyed message ranks them: two
 # shuffles more (docs/benchmarks.md). 0: always the aggregation and the window.
 RANK_ROW_BYTES = 104
