@@ -478,7 +478,6 @@ def _decide_ranked(spark: SparkSession, positioned: DataFrame, ranked: tuple[pa.
     ``copies``: its repeated message ids (transforms.copies)."""
     ranks, contested = ranked
     units = _kept(unit_ranks.units(positioned, spark.createDataFrame(ranks, unit_ranks.RANKS_SPARK_SCHEMA)), kept)
-    del ranks
     verdicts, _, stream = _verdicts(spark, units, hits[0], copies, windows, batch_id, kept)
     tally = _Tally(transforms.verdict_counts(verdicts).collect())
     # What the audit reads of the deciding (only with the audit on; what it reads twice is kept,

@@ -29,7 +29,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from msgdedup.engine import kernel
+from msgdedup.engine import kernel, transforms
 from msgdedup.engine.line_lookup import per_file_lists
 from msgdedup.engine.parsing import LINE_BITS, LINE_MASK
 from msgdedup.repeats import repeated_values
@@ -65,7 +65,7 @@ def cache_hash() -> Column:
 
 def columns() -> list[Column]:
     """``COLLECTED`` of ``transforms.position_units``' rows."""
-    return [F.col("row_id"), F.xxhash64("message_id").alias("id_hash"), key_hash().alias("key_hash"),
+    return [F.col("row_id"), transforms.id_hash().alias("id_hash"), key_hash().alias("key_hash"),
             cache_hash().alias("cache_hash"), F.col("received_us"), F.col("unit_us"), F.col("unit_row")]
 
 
