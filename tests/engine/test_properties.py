@@ -204,7 +204,7 @@ def planned(request, spark):
     planning.looks_up_by_line), and the ids' repeated hashes are found by an aggregation ("large")
     or on the driver (the others decided in Spark: planning.id_hashes_on_driver), as are the
     repeated keys and the units' ranks (by an aggregation and a window, or on the driver:
-    planning.ranks_on_driver, where no cache is an Apama one), so every plan is held to the model."""
+    planning.ranks_on_driver, Apama caches' quiet senders with them), so every plan is held to the model."""
     if request.param == "collected":
         spark.conf.set(DRIVER_SNAPSHOT_ROWS_CONF, "-1")
     if request.param not in ("driver", "collected"):

@@ -1,13 +1,17 @@
 """unit_ranks.py on tiny frames: the driver marks and ranks the units as transforms.py's aggregation
-and window do, across files and with gaps in the lines; a key hash shared by two keys (which a
-generated stream never reaches) only makes more units contested. The engine-vs-model property
+and window do, across files and with gaps in the lines, and finds Apama caches' quiet senders and
+resting entries as its aggregation and joins do; a key hash shared by two keys (which a generated
+stream never reaches) only makes more units contested. The engine-vs-model property
 tests run it on whole batches ("small", "by line")."""
 
 import numpy as np
+import pyarrow as pa
 from pyspark.sql import functions as F
 
-from msgdedup.engine import transforms, unit_ranks
+from msgdedup.engine import kernel, transforms, unit_ranks
 from msgdedup.engine.parsing import LINE_BITS
+from msgdedup.local_frames import local_frame
+from msgdedup.repeats import values_frame
 
 MESSAGES = "row_id long, message_id string, received_us long, txn_id string, cache string, dedup_key string"
 RANKED = ["unit_us", "unit_row", "contested", "free_rank", "contested_rank"]
@@ -42,8 +46,8 @@ def _by_spark(spark, messages, parent_keys):
 
 def _by_driver(spark, messages, met_hashes):
     positioned = transforms.position_units(messages)
-    ranks, contested = unit_ranks.rank(positioned.select(*unit_ranks.columns()).toArrow(), met_hashes)
-    units = unit_ranks.units(positioned, spark.createDataFrame(ranks, unit_ranks.RANKS_SPARK_SCHEMA))
+    ranks, contested = unit_ranks.rank(positioned.select(*unit_ranks.columns([])).toArrow(), met_hashes)
+    units = unit_ranks.units(positioned, spark.createDataFrame(ranks, unit_ranks.RANKS_SPARK_SCHEMA), [])
     got = {r["row_id"]: tuple(r[c] for c in RANKED) for r in units.collect()}
     assert contested == sum(r[2] for r in got.values())
     return got
@@ -82,6 +86,82 @@ def test_ranks_that_do_not_fit_spark_arrays_are_refused(spark, monkeypatch):
     monkeypatch.setattr(unit_ranks, "_MAX_ELEMENTS", 5)
     messages = spark.createDataFrame(ROWS, MESSAGES).filter(F.col("row_id") < _row(1, 0))
     positioned = transforms.position_units(messages)
-    assert unit_ranks.rank(positioned.select(*unit_ranks.columns()).toArrow(), np.empty(0, np.int64)) is not None
+    assert unit_ranks.rank(positioned.select(*unit_ranks.columns([])).toArrow(), np.empty(0, np.int64)) is not None
     assert unit_ranks.rank(transforms.position_units(spark.createDataFrame(ROWS, MESSAGES))
-                           .select(*unit_ranks.columns()).toArrow(), np.empty(0, np.int64)) is None
+                           .select(*unit_ranks.columns([])).toArrow(), np.empty(0, np.int64)) is None
+
+
+# Apama caches c (2 keys per sender) and d (3); e counts. Senders: c/p1 loud (2 messages and an
+# entry of the parent's), c/p2 and c's null sender quiet, d/p1 quiet (3 messages), d/p3 quiet
+# with entries only (one named by the batch), d/p4 loud (4 entries: its window shrank).
+SENT = "row_id long, message_id string, received_us long, txn_id string, cache string, dedup_key string, " \
+       "source_id string"
+SENT_ROWS = [
+    (_row(0, 1), "s1", 1, None, "c", "a1", "p1"), (_row(0, 2), "s2", 2, None, "c", "a2", "p1"),
+    (_row(0, 3), "s3", 3, "t", "c", "a3", "p2"), (_row(0, 4), "s4", 4, "t", "d", "b1", "p1"),
+    (_row(0, 5), "s5", 5, None, "c", "a4", None), (_row(0, 6), "s6", 6, None, "c", "a5", None),
+    (_row(1, 1), "s7", 7, None, "d", "b2", "p1"), (_row(1, 2), "s8", 8, None, "d", "b3", "p1"),
+    (_row(1, 3), "s9", 9, None, "e", "x", "p1"), (_row(1, 5), "s10", 10, None, None, None, "p2"),
+]
+ENTRIES = [("c", "old1", "p1", kernel.SENDER_QUEUE), ("c", "old2", "p9", kernel.SHARED_QUEUE),
+           ("d", "r1", "p3", kernel.SENDER_QUEUE), ("d", "b3", "p3", kernel.SENDER_QUEUE)] + \
+          [("d", f"f{i}", "p4", kernel.SENDER_QUEUE) for i in range(4)]
+WINDOWS = {"c": 2, "d": 3}
+
+
+def test_the_driver_finds_quiet_senders_and_resting_entries_as_spark_does(spark):
+    messages = transforms.position_units(spark.createDataFrame(SENT_ROWS, SENT))
+    parent = spark.createDataFrame(
+        [(c, k, i, f"m-{k}", "addr", "b0", 0, s, q) for i, (c, k, s, q) in enumerate(ENTRIES)],
+        transforms.SNAPSHOT_SCHEMA)
+    windows = local_frame(spark, list(WINDOWS.items()), "cache string, per_source_window long")
+    quiet = transforms.quiet_senders(messages, parent, windows)
+    expected = {r["row_id"]: r["quiet"] for r in transforms.mark_repeated(
+        messages, spark.createDataFrame([], "cache string, dedup_key string"), list(WINDOWS), quiet).collect()}
+    assert {r for r, q in expected.items() if q} == {_row(0, 3), _row(0, 4), _row(0, 5), _row(0, 6), _row(1, 1),
+                                                     _row(1, 2)}
+
+    rows = messages.select(*unit_ranks.columns(list(WINDOWS))).toArrow()
+    hashes = dict(local_frame(spark, [(c,) for c in WINDOWS], "cache string")
+                  .select("cache", unit_ranks.cache_hash()).collect())
+    held = (parent.filter(F.col("queue") == kernel.SENDER_QUEUE)
+            .groupBy(unit_ranks.sender_hash().alias(unit_ranks.SENDER), unit_ranks.cache_hash().alias("cache_hash"))
+            .count().toArrow())
+    got, quiet_hashes = unit_ranks.quiet_senders(rows, {hashes[c]: w for c, w in WINDOWS.items()}, held)
+    assert dict(zip(rows["row_id"].to_pylist(), got.tolist(), strict=True)) == expected
+    ranks, _ = unit_ranks.rank(rows, np.empty(0, np.int64), got)
+    units = unit_ranks.units(messages, spark.createDataFrame(ranks, unit_ranks.RANKS_SPARK_SCHEMA), list(WINDOWS))
+    assert {r["row_id"]: r["quiet"] for r in units.collect()} == expected
+    assert {r["row_id"] for r in units.filter("sequential").collect()} == {r[0] for r in SENT_ROWS if r[4] in WINDOWS}
+
+    flags = lambda frame: {(r["cache"], r["dedup_key"]): (r["named"], r["resting"])  # noqa: E731
+                           for r in frame.collect()}
+    by_spark = flags(transforms.named_entries(parent, transforms.batch_keys(messages), quiet))
+    batch_hashes = values_frame(spark, rows["key_hash"].drop_null().unique().to_numpy(), "key_hash")
+    by_driver = flags(unit_ranks.named_entries(parent, batch_hashes, values_frame(spark, quiet_hashes,
+                                                                                  unit_ranks.SENDER)))
+    assert by_driver == by_spark
+    assert {k for k, (_, resting) in by_spark.items() if resting} == {("d", "r1")}
+
+
+def test_a_sender_hash_shared_by_two_senders_only_makes_fewer_quiet(spark):
+    """Two senders sharing a hash (as a collision would make them) are counted as one, held to
+    the smaller window: d/p1's three messages and c/p2's one do not fit c's 2."""
+    messages = transforms.position_units(spark.createDataFrame(SENT_ROWS, SENT))
+    rows = messages.select(*unit_ranks.columns(list(WINDOWS))).toArrow()
+    hashes = dict(local_frame(spark, [(c,) for c in WINDOWS], "cache string")
+                  .select("cache", unit_ranks.cache_hash()).collect())
+    empty = pa.table({unit_ranks.SENDER: pa.array([], pa.int64()), "cache_hash": pa.array([], pa.int32()),
+                      "count": pa.array([], pa.int64())})
+    limits = {hashes[c]: w for c, w in WINDOWS.items()}
+    exact, _ = unit_ranks.quiet_senders(rows, limits, empty)
+    senders = rows[unit_ranks.SENDER].to_numpy(zero_copy_only=False)
+    d_p1 = senders[rows["row_id"].to_pylist().index(_row(1, 1))]
+    c_p2 = senders[rows["row_id"].to_pylist().index(_row(0, 3))]
+    shared = rows.set_column(rows.schema.get_field_index(unit_ranks.SENDER), unit_ranks.SENDER,
+                             pa.array(np.where(senders == c_p2, d_p1, senders), pa.int64(),
+                                      mask=~rows[unit_ranks.SENDER].is_valid().to_numpy(zero_copy_only=False)))
+    collided, _ = unit_ranks.quiet_senders(shared, limits, empty)
+    assert not (collided & ~exact).any()
+    changed = {r for r, a, b in zip(rows["row_id"].to_pylist(), exact, collided, strict=True) if a != b}
+    assert changed == {_row(0, 3), _row(0, 4), _row(1, 1), _row(1, 2)}

@@ -356,19 +356,19 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
                      source_files: list[str], kept: list[DataFrame], input_lines: int) -> _Decided:
     """transforms.py's plan: uncontested units by joins and windows, in parallel; contested ones
     through the kernel, on the driver when they are few (planning.kernel_on_driver), else in one
-    Spark task. Which units are contested, and their ranks in their caches, the driver finds where
-    they fit it and no cache is an Apama one (``_ranks``, planning.ranks_on_driver); else an
-    aggregation of the keys and a window over every keyed message do."""
+    Spark task. Which units are contested, their ranks in their caches and the Apama caches' quiet
+    senders, the driver finds where they fit it (``_ranks``, planning.ranks_on_driver); else an
+    aggregation of the keys, a window over every keyed message and one of the senders do."""
     apama = cache_windows.of_policy(windows, APAMA)
     # the key columns, computed once from the parsed rows (kept on disk, wide) by the first pass
     # and read from here by the next ones
     keys = _kept(keys, kept)
     # the units ranked on the driver (unit_ranks.py), where they fit: the pass that computes the
     # key columns collects what the ranks need, the ids' hashes with it
-    ranked = not apama and ranks_on_driver(spark, input_lines) and _caches_told_apart(spark, windows)
+    ranked = ranks_on_driver(spark, input_lines, bool(apama)) and _caches_told_apart(spark, windows)
     if ranked:
         positioned = _kept(transforms.position_units(keys), kept)
-        rows = positioned.select(*unit_ranks.columns()).toArrow()
+        rows = positioned.select(*unit_ranks.columns(apama)).toArrow()
         repeated = repeated_values(rows["id_hash"])
         suspects, suspected = values_frame(spark, repeated, "id_hash"), len(repeated)
     else:
@@ -388,12 +388,12 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
     if ranked:
         if copied:  # a copy is no message (it may have closed a transaction): placed again without them
             positioned = _kept(transforms.position_units(messages), kept)
-            rows = positioned.select(*unit_ranks.columns()).toArrow()
-        hits, ranks = _ranks(spark, rows, parent, kept)
+            rows = positioned.select(*unit_ranks.columns(apama)).toArrow()
+        found = _ranks(spark, rows, parent, windows, kept)
         del rows  # 52 bytes a message: not held while the outputs are written
         driver_memory.release()
-        if ranks is not None:
-            return _decide_ranked(spark, positioned, ranks, hits, windows, batch_id, copies, kept)
+        if found is not None:
+            return _decide_ranked(spark, positioned, found, windows, batch_id, copies, kept)
     batch_keys = _kept(transforms.batch_keys(messages), kept)
     keys_side = batch_keys
     if parent.counted is not None or parent.left is not None:
@@ -422,11 +422,20 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
     units = _kept(transforms.rank_in_caches(transforms.assign_units(marked)), kept)
     verdicts, decisions, _ = _verdicts(spark, units, kernel_entries, copies, windows, batch_id, kept)
     tally = _Tally(transforms.verdict_counts(verdicts).collect())
-    apama_clocks = {r["cache"]: r["received_at_us"]
-                    for r in transforms.kernel_rows(decisions, kernel.CLOCK).collect()} if apama else {}
-    queues = transforms.kernel_rows(decisions, kernel.ENTRY).select(*transforms.SNAPSHOT_COLUMNS)
-    return _Decided(verdicts, copies, repeated_keys, entries_met, left_met, _union(queues, resting),
-                    apama_clocks, tally)
+    return _Decided(verdicts, copies, repeated_keys, entries_met, left_met,
+                    *_queues(spark, decisions, apama, resting), tally)
+
+
+def _queues(spark: SparkSession, decisions: DataFrame, apama: list[str], resting: DataFrame | None
+            ) -> tuple[DataFrame, dict]:
+    """The Apama caches' queues after the batch (SNAPSHOT_COLUMNS): the kernel's entries
+    (``decisions``) and the parent's ``resting`` ones; and their time, collected (a job, only
+    where the batch has such caches)."""
+    if not apama:
+        return local_frame(spark, [], transforms.SNAPSHOT_SCHEMA), {}
+    clocks = {r["cache"]: r["received_at_us"] for r in transforms.kernel_rows(decisions, kernel.CLOCK).collect()}
+    entries = transforms.kernel_rows(decisions, kernel.ENTRY).select(*transforms.SNAPSHOT_COLUMNS)
+    return (entries if resting is None else _union(entries, resting)), clocks
 
 
 def _verdicts(spark: SparkSession, units: DataFrame, kernel_entries: DataFrame | None, copies: DataFrame,
@@ -451,34 +460,73 @@ def _verdicts(spark: SparkSession, units: DataFrame, kernel_entries: DataFrame |
     return verdicts, decisions, held
 
 
-def _ranks(spark: SparkSession, rows: pa.Table, parent: _Parent, kept: list[DataFrame]
-           ) -> tuple[list[DataFrame | None], tuple[pa.Table, int] | None]:
-    """The parent's entries and its record of keys that left their window (§9) whose key hash
-    the batch's keys (``rows``: unit_ranks.COLLECTED) have, kept (None: the parent has none of
-    that kind), and the units' ranks (unit_ranks.rank; None where they do not fit Spark's arrays).
-    The hits' hashes are collected (a job each), so that the units of their keys are contested:
-    an entry of another key with the same hash is never looked up by the kernel, and a key that
-    left its window is accepted there."""
+@dataclass(frozen=True)
+class _Ranked:
+    """The units' ranks the driver found (``_ranks``), and the parent's state the batch's key
+    hashes meet, kept (None: the parent has none of that kind)."""
+
+    ranks: pa.Table   # unit_ranks.RANKS_SCHEMA
+    contested: int    # messages in contested units
+    counted: DataFrame | None  # its count and time entries
+    left: DataFrame | None     # its record of keys that left their window (§9)
+    queued: DataFrame | None   # its Apama entries the kernel needs: named, or not resting
+    resting: DataFrame | None  # its Apama entries that stay as they are
+
+
+def _ranks(spark: SparkSession, rows: pa.Table, parent: _Parent, windows: dict, kept: list[DataFrame]
+           ) -> _Ranked | None:
+    """The units' ranks (unit_ranks.rank of ``rows``, unit_ranks.COLLECTED; None where they do
+    not fit Spark's arrays), and the parent's entries, left keys and Apama entries whose key hash
+    the batch's keys have. Those hashes are collected (a job each), so that the units of their
+    keys are contested: an entry of another key with the same hash is never looked up by the
+    kernel, and a key that left its window is accepted there. Apama caches' quiet senders are
+    found by unit_ranks.quiet_senders, from the parent's entries in their queues (a job)."""
+    apama = cache_windows.of_policy(windows, APAMA)
     batch_hashes = rows["key_hash"].drop_null().unique()
     known = _broadcast_if_small(values_frame(spark, batch_hashes.to_numpy(), "key_hash"), len(batch_hashes),
                                 KEY_HASH_BYTES)
-    hits = [None if entries is None else _kept(
+    counted, left = (None if entries is None else _kept(
         entries.join(known, unit_ranks.key_hash() == known["key_hash"], "left_semi"), kept)
-        for entries in (parent.counted, parent.left)]
-    met = [hit.select(unit_ranks.key_hash()).toArrow().column(0).to_numpy() for hit in hits if hit is not None]
-    return hits, unit_ranks.rank(rows, np.unique(np.concatenate([np.empty(0, np.int64), *met])))
+        for entries in (parent.counted, parent.left))
+    met = [hit.select(unit_ranks.key_hash()) for hit in (counted, left) if hit is not None]
+    quiet = queued = resting = None
+    if apama:
+        hashes = _cache_hashes(spark, apama)
+        quiet, quiet_hashes = unit_ranks.quiet_senders(
+            rows, {hashes[name]: windows[name].setting.per_source_window for name in apama}, _held(spark, parent))
+        if parent.apama is not None:
+            quiet_frame = _broadcast_if_small(values_frame(spark, quiet_hashes, unit_ranks.SENDER),
+                                              len(quiet_hashes), KEY_HASH_BYTES)
+            named = _kept(unit_ranks.named_entries(parent.apama, known, quiet_frame), kept)
+            met.append(named.filter("named").select(unit_ranks.key_hash()))
+            queued = named.filter(~F.col("resting")).select(*transforms.SNAPSHOT_COLUMNS)
+            resting = named.filter("resting").select(*transforms.SNAPSHOT_COLUMNS)
+    met_hashes = np.unique(np.concatenate([np.empty(0, np.int64),
+                                           *(hit.toArrow().column(0).to_numpy() for hit in met)]))
+    found = unit_ranks.rank(rows, met_hashes, quiet)
+    return None if found is None else _Ranked(*found, counted, left, queued, resting)
 
 
-def _decide_ranked(spark: SparkSession, positioned: DataFrame, ranked: tuple[pa.Table, int],
-                   hits: list[DataFrame | None], windows: dict, batch_id: str, copies: DataFrame,
-                   kept: list[DataFrame]) -> _Decided:
-    """``_decide_in_spark`` for a batch without Apama caches, whose units the driver ranked
-    (``_ranks``): ``positioned`` (transforms.position_units of its messages, kept), ``ranked``
-    (unit_ranks.rank) and ``hits`` (the parent's entries and left keys its keys' hashes meet);
-    ``copies``: its repeated message ids (transforms.copies)."""
-    ranks, contested = ranked
-    units = _kept(unit_ranks.units(positioned, spark.createDataFrame(ranks, unit_ranks.RANKS_SPARK_SCHEMA)), kept)
-    verdicts, _, stream = _verdicts(spark, units, hits[0], copies, windows, batch_id, kept)
+def _held(spark: SparkSession, parent: _Parent) -> pa.Table:
+    """The parent's entries in each Apama sender queue (unit_ranks.quiet_senders' ``held``)."""
+    if parent.apama is None:
+        return pa.table({unit_ranks.SENDER: pa.array([], pa.int64()), "cache_hash": pa.array([], pa.int32()),
+                         "count": pa.array([], pa.int64())})
+    return (parent.apama.filter(F.col("queue") == kernel.SENDER_QUEUE)
+            .groupBy(unit_ranks.sender_hash().alias(unit_ranks.SENDER), unit_ranks.cache_hash().alias("cache_hash"))
+            .count().toArrow())
+
+
+def _decide_ranked(spark: SparkSession, positioned: DataFrame, ranked: _Ranked, windows: dict, batch_id: str,
+                   copies: DataFrame, kept: list[DataFrame]) -> _Decided:
+    """``_decide_in_spark`` for a batch whose units the driver ranked (``_ranks``):
+    ``positioned`` (transforms.position_units of its messages, kept); ``copies``: its repeated
+    message ids (transforms.copies)."""
+    apama = cache_windows.of_policy(windows, APAMA)
+    units = _kept(unit_ranks.units(positioned, spark.createDataFrame(ranked.ranks, unit_ranks.RANKS_SPARK_SCHEMA),
+                                   apama), kept)
+    kernel_entries = None if ranked.counted is None else _union(ranked.counted, ranked.queued)
+    verdicts, decisions, stream = _verdicts(spark, units, kernel_entries, copies, windows, batch_id, kept)
     tally = _Tally(transforms.verdict_counts(verdicts).collect())
     # What the audit reads of the deciding (only with the audit on; what it reads twice is kept,
     # computed once, by its first pass), exact: every message of a key that repeats, or that the
@@ -487,18 +535,23 @@ def _decide_ranked(spark: SparkSession, positioned: DataFrame, ranked: tuple[pa.
     contested_keys = (_kept(transforms.batch_keys(units.filter("contested")), kept) if stream is None
                       else spark.createDataFrame(unit_ranks.contested_keys(stream), unit_ranks.KEY_COUNTS_SPARK_SCHEMA))
     entries_met, left_met = (None if hit is None else _kept(hit.join(
-        _broadcast_if_small(contested_keys.select("cache", "dedup_key"), contested), ["cache", "dedup_key"],
-        "left_semi"), kept) for hit in hits)
+        _broadcast_if_small(contested_keys.select("cache", "dedup_key"), ranked.contested), ["cache", "dedup_key"],
+        "left_semi"), kept) for hit in (ranked.counted, ranked.left))
     repeated_keys = transforms.repeated_keys(contested_keys, entries_met)  # read once, by the audit's candidates
-    apama_entries = local_frame(spark, [], transforms.SNAPSHOT_SCHEMA)
-    return _Decided(verdicts, copies, repeated_keys, entries_met, left_met, apama_entries, {}, tally)
+    return _Decided(verdicts, copies, repeated_keys, entries_met, left_met,
+                    *_queues(spark, decisions, apama, ranked.resting), tally)
+
+
+def _cache_hashes(spark: SparkSession, names: list[str]) -> dict[str, int]:
+    """unit_ranks.cache_hash of each cache of ``names``; computed by Spark on a local relation,
+    without a job."""
+    frame = local_frame(spark, [(name,) for name in names], "cache string")
+    return {r[0]: r[1] for r in frame.select("cache", unit_ranks.cache_hash()).collect()}
 
 
 def _caches_told_apart(spark: SparkSession, windows: dict) -> bool:
-    """Whether unit_ranks.cache_hash tells the batch's caches (``windows``) apart; computed by
-    Spark on a local relation, without a job."""
-    names = local_frame(spark, [(name,) for name in windows], "cache string")
-    return unit_ranks.distinct_cache_hashes([r[0] for r in names.select(unit_ranks.cache_hash()).collect()])
+    """Whether unit_ranks.cache_hash tells the batch's caches (``windows``) apart."""
+    return unit_ranks.distinct_cache_hashes(list(_cache_hashes(spark, list(windows)).values()))
 
 
 def _suspects(spark: SparkSession, keys: DataFrame, input_lines: int, kept: list[DataFrame]) -> tuple[DataFrame, int]:

@@ -221,14 +221,16 @@ def id_hashes_on_driver(spark: SparkSession, input_lines: int) -> bool:
     return input_lines * ID_HASH_BYTES <= heap_share(spark, ID_HASHES_HEAP_SHARE_CONF, ID_HASHES_HEAP_SHARE)
 
 
-# A batch decided in Spark without Apama caches ranks its messages in their caches on the driver
-# (engine/unit_ranks.py) when they fit this share of its heap: per message six longs and an int
-# (row_id, two hashes, instant, unit, cache hash: 52 bytes in the Arrow batches its JVM serves),
-# counted twice for the copies on their way. A fifth of the heap, where the other collections take
-# a tenth, so that a 1M batch qualifies with a 1g driver (up to about 1.8M messages). Else an
-# aggregation finds the repeated keys and a window over every keyed message ranks them: two
-# shuffles more (docs/benchmarks.md). 0: always the aggregation and the window.
+# A batch decided in Spark ranks its messages in their caches on the driver (engine/unit_ranks.py)
+# when they fit this share of its heap: per message six longs and an int (row_id, two hashes,
+# instant, unit, cache hash: 52 bytes in the Arrow batches its JVM serves), and a long more where
+# the batch has Apama caches (its sender's hash), counted twice for the copies on their way. A
+# fifth of the heap, where the other collections take a tenth, so that a 1M batch qualifies with a
+# 1g driver (up to about 1.8M messages). Else an aggregation finds the repeated keys and a window
+# over every keyed message ranks them: two shuffles more (docs/benchmarks.md), and one more finds
+# the quiet senders. 0: always the aggregations and the window.
 RANK_ROW_BYTES = 104
+SENDER_ROW_BYTES = 16
 RANKS_HEAP_SHARE = 0.2
 RANKS_HEAP_SHARE_CONF = "spark.msgdedup.ranksHeapShare"
 # The batch's distinct key hashes, broadcast to find the parent's entries they meet: a long and
@@ -236,10 +238,12 @@ RANKS_HEAP_SHARE_CONF = "spark.msgdedup.ranksHeapShare"
 KEY_HASH_BYTES = 16
 
 
-def ranks_on_driver(spark: SparkSession, input_lines: int) -> bool:
-    """Whether a batch of ``input_lines`` lines decided in Spark ranks its units on the driver:
-    the same verdicts either way (the engine-vs-model property tests run both), not the same cost."""
-    return input_lines * RANK_ROW_BYTES <= heap_share(spark, RANKS_HEAP_SHARE_CONF, RANKS_HEAP_SHARE)
+def ranks_on_driver(spark: SparkSession, input_lines: int, senders: bool) -> bool:
+    """Whether a batch of ``input_lines`` lines decided in Spark (``senders``: with Apama caches)
+    ranks its units on the driver: the same verdicts either way (the engine-vs-model property
+    tests run both), not the same cost."""
+    row_bytes = RANK_ROW_BYTES + (SENDER_ROW_BYTES if senders else 0)
+    return input_lines * row_bytes <= heap_share(spark, RANKS_HEAP_SHARE_CONF, RANKS_HEAP_SHARE)
 
 
 def heap_share(spark: SparkSession, conf: str, default: float) -> int:

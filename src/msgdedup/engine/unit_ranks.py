@@ -18,6 +18,13 @@ contested, and the kernel decides them on the keys themselves (kernel.py: a cont
 keys are unique is accepted there, numbered as ``transforms.verdicts`` would). Caches are told apart
 by their hash only when the batch's caches' hashes are distinct (``distinct_cache_hashes``); units by
 their commit point's row_id, unique to each.
+
+Apama caches (§8.2) need one number more per message: its sender queue's hash (``sender_hash``),
+from which the driver finds the quiet senders (``quiet_senders``, transforms.quiet_senders by hash)
+instead of an aggregation and a join in Spark. The parent's queue entries the batch's key hashes
+name contest their keys, as the entries met do, and ``named_entries`` tells the kernel's from the
+resting ones. A shared sender hash counts two senders as one, held to the smaller window: fewer
+quiet senders, whose messages and entries the kernel then sees, as it sees a loud sender's.
 """
 
 from __future__ import annotations
@@ -36,12 +43,16 @@ from msgdedup.repeats import repeated_values
 
 # What the driver collects of every valid message (``columns``).
 COLLECTED = ["row_id", "id_hash", "key_hash", "cache_hash", "received_us", "unit_us", "unit_row"]
-# One row per input file: at position ``line_number - 1``, its message's unit is ``contested`` and,
-# for a message with a key, its ``free_rank`` and ``contested_rank`` (transforms.rank_in_caches);
-# null for a line without a valid message.
+# ... and of a message to an Apama cache (null for the others), where the batch has such caches.
+SENDER = "sender_hash"
+# One row per input file: at position ``line_number - 1``, its message's unit is ``contested``, its
+# sender ``quiet`` (transforms.quiet_senders: false but for Apama caches) and, for a message with a
+# key, its ``free_rank`` and ``contested_rank`` (transforms.rank_in_caches); null for a line
+# without a valid message.
 RANKS_SCHEMA = pa.schema([
     ("file_index", pa.int64()),
     ("contested", pa.list_(pa.bool_())),
+    ("quiet", pa.list_(pa.bool_())),
     ("free_rank", pa.list_(pa.int32())),
     ("contested_rank", pa.list_(pa.int32())),
 ])
@@ -49,6 +60,8 @@ RANKS_SPARK_SCHEMA = from_arrow_schema(RANKS_SCHEMA)
 # transforms.batch_keys' rows, of the contested messages (``contested_keys``).
 KEY_COUNTS_SCHEMA = pa.schema([("cache", pa.string()), ("dedup_key", pa.string()), ("count", pa.int64())])
 KEY_COUNTS_SPARK_SCHEMA = from_arrow_schema(KEY_COUNTS_SCHEMA)
+# The columns of RANKS_SCHEMA that only a message with a key has.
+_KEYED = ("free_rank", "contested_rank")
 # A Spark array holds at most this many elements, and a list column's offsets are 32-bit.
 _MAX_ELEMENTS = (1 << 31) - 16
 
@@ -63,10 +76,20 @@ def cache_hash() -> Column:
     return F.when(F.col("cache").isNotNull(), F.hash("cache"))
 
 
-def columns() -> list[Column]:
-    """``COLLECTED`` of ``transforms.position_units``' rows."""
-    return [F.col("row_id"), transforms.id_hash().alias("id_hash"), key_hash().alias("key_hash"),
-            cache_hash().alias("cache_hash"), F.col("received_us"), F.col("unit_us"), F.col("unit_row")]
+def sender_hash() -> Column:
+    """A message's or an entry's sender queue, its cache and ``source_id``, as 64 bits (a null
+    source_id is a sender too, §8.2)."""
+    return F.xxhash64("cache", "source_id")
+
+
+def columns(sequential: list[str]) -> list[Column]:
+    """``COLLECTED`` of ``transforms.position_units``' rows, and ``SENDER`` where the batch has
+    ``sequential`` (Apama) caches."""
+    collected = [F.col("row_id"), transforms.id_hash().alias("id_hash"), key_hash().alias("key_hash"),
+                 cache_hash().alias("cache_hash"), F.col("received_us"), F.col("unit_us"), F.col("unit_row")]
+    if sequential:
+        collected.append(F.when(F.col("cache").isin(sequential), sender_hash()).alias(SENDER))
+    return collected
 
 
 def distinct_cache_hashes(hashes: list[int]) -> bool:
@@ -74,11 +97,35 @@ def distinct_cache_hashes(hashes: list[int]) -> bool:
     return len(set(hashes)) == len(hashes)
 
 
-def rank(rows: pa.Table, met_hashes: np.ndarray) -> tuple[pa.Table, int] | None:
+def quiet_senders(rows: pa.Table, windows: dict[int, int], held: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """Which of ``rows`` (``COLLECTED`` and ``SENDER``) have a quiet sender, and the quiet senders'
+    hashes: transforms.quiet_senders, by hash. A sender is quiet when the batch's messages to it
+    and the parent's entries in its queue (``held``: ``SENDER``, ``cache_hash``, ``count``) fit
+    the ``per_source_window`` of its cache (``windows``: by cache hash, every Apama cache)."""
+    mine = rows[SENDER].is_valid().to_numpy(zero_copy_only=False)
+    senders = np.concatenate([rows[SENDER].drop_null().to_numpy(), held[SENDER].to_numpy()])
+    caches = np.concatenate([rows["cache_hash"].filter(rows[SENDER].is_valid()).to_numpy(),
+                             held["cache_hash"].to_numpy()])
+    counts = np.concatenate([np.ones(int(mine.sum()), np.int64), held["count"].to_numpy()])
+    known = np.array(sorted(windows), np.int64)
+    window = np.array([windows[h] for h in known], np.int64)[np.searchsorted(known, caches)]
+    distinct, sender = np.unique(senders, return_inverse=True)
+    load = np.bincount(sender, weights=counts, minlength=len(distinct))
+    # senders sharing a hash are one, held to the smallest of their caches' windows
+    smallest = np.full(len(distinct), np.iinfo(np.int64).max)
+    np.minimum.at(smallest, sender, window)
+    fits = load <= smallest
+    quiet = np.zeros(len(rows), bool)
+    quiet[mine] = fits[sender[:int(mine.sum())]]
+    return quiet, distinct[fits]
+
+
+def rank(rows: pa.Table, met_hashes: np.ndarray, quiet: np.ndarray | None = None) -> tuple[pa.Table, int] | None:
     """The ranks of ``rows`` (``COLLECTED``: every valid message of the batch, no message id
     repeated) as RANKS_SCHEMA, and how many messages are in contested units; None where they do
-    not fit Spark's arrays. ``met_hashes``: the key hashes of the parent's entries (and left keys)
-    that the batch's keys have."""
+    not fit Spark's arrays. ``met_hashes``: the key hashes of the parent's entries (and left keys,
+    and named queue entries) that the batch's keys have; ``quiet``: which rows have a quiet
+    sender (``quiet_senders``; None: no row)."""
     row_id = rows["row_id"].to_numpy()
     keyed = rows["key_hash"].is_valid().to_numpy(zero_copy_only=False)
     key = pc.fill_null(rows["key_hash"], 0).to_numpy()
@@ -99,31 +146,31 @@ def rank(rows: pa.Table, met_hashes: np.ndarray) -> tuple[pa.Table, int] | None:
             running = np.cumsum(counted)
             before = running - counted  # counted before each message
             out[order] = running - np.maximum.accumulate(np.where(first, before, 0))
-    ranks = _by_line(row_id, contested, free_rank, contested_rank, keyed)
+    quiet = np.zeros(len(rows), bool) if quiet is None else quiet
+    ranks = _by_line(row_id, {"contested": contested, "quiet": quiet, "free_rank": free_rank,
+                              "contested_rank": contested_rank}, keyed)
     return None if ranks is None else (ranks, int(contested.sum()))
 
 
-def _by_line(row_id: np.ndarray, contested: np.ndarray, free_rank: np.ndarray, contested_rank: np.ndarray,
-             keyed: np.ndarray) -> pa.Table | None:
-    """RANKS_SCHEMA's rows: each file's values scattered to their lines (a message's place in its
-    file is its row_id's line number). A line without a message is null, and so are the ranks of a
-    message without a key."""
+def _by_line(row_id: np.ndarray, values: dict[str, np.ndarray], keyed: np.ndarray) -> pa.Table | None:
+    """RANKS_SCHEMA's rows: each file's ``values`` (by column) scattered to their lines (a
+    message's place in its file is its row_id's line number). A line without a message is null,
+    and so are the ranks of a message without a key."""
     files, position = row_id >> LINE_BITS, (row_id & LINE_MASK) - 1
     indexes = np.unique(files)
     mine = [files == index for index in indexes]
     sizes = [int(position[m].max()) + 1 for m in mine]
     if sum(sizes) > _MAX_ELEMENTS:
         return None
-    lists = {"contested": [], "free_rank": [], "contested_rank": []}
+    lists = {name: [] for name in values}
     for m, size in zip(mine, sizes, strict=True):
         at = position[m]
         present, known = np.zeros(size, bool), np.zeros(size, bool)
         present[at], known[at] = True, keyed[m]
-        for name, values, valid in (("contested", contested, present), ("free_rank", free_rank, known),
-                                    ("contested_rank", contested_rank, known)):
+        for name, column in values.items():
             line = np.zeros(size, RANKS_SCHEMA.field(name).type.value_type.to_pandas_dtype())
-            line[at] = values[m]
-            lists[name].append(pa.array(line, mask=~valid))
+            line[at] = column[m]
+            lists[name].append(pa.array(line, mask=~(known if name in _KEYED else present)))
     return pa.table({"file_index": pa.array(indexes, pa.int64()),
                      **{name: per_file_lists(arrays, RANKS_SCHEMA.field(name).type.value_type)
                         for name, arrays in lists.items()}}, schema=RANKS_SCHEMA)
@@ -132,24 +179,42 @@ def _by_line(row_id: np.ndarray, contested: np.ndarray, free_rank: np.ndarray, c
 def contested_keys(stream: pa.Table) -> pa.Table:
     """``transforms.batch_keys`` of the contested messages (KEY_COUNTS_SCHEMA), from the kernel's
     ``stream`` (transforms.decision_stream) that the driver holds: every contested message is in
-    it (a batch without Apama caches has no passive ones), and so is every message of a key that
-    repeats or that the parent holds."""
-    messages = stream.filter(pc.and_(pc.equal(stream["phase"], kernel.MESSAGE_PHASE), stream["cache"].is_valid()))
+    it, and so is every message of a key that repeats or that the parent holds; the passive ones
+    (uncontested, of Apama caches) are not counted."""
+    messages = stream.filter(pc.and_(pc.and_(pc.equal(stream["phase"], kernel.MESSAGE_PHASE),
+                                             stream["cache"].is_valid()), pc.invert(stream["passive"])))
     counted = messages.group_by(["cache", "dedup_key"]).aggregate([([], "count_all")])
     return counted.select(["cache", "dedup_key", "count_all"]).rename_columns(KEY_COUNTS_SCHEMA.names).cast(
         KEY_COUNTS_SCHEMA)
 
 
-def units(positioned: DataFrame, ranks: DataFrame) -> DataFrame:
+def named_entries(parent_apama: DataFrame, batch_hashes: DataFrame, quiet_hashes: DataFrame) -> DataFrame:
+    """transforms.named_entries by hash: the parent's Apama entries with ``named`` (the batch's
+    keys have its key's hash: ``batch_hashes``, ``key_hash``, distinct) and ``resting`` (in a quiet
+    sender's queue, ``quiet_hashes``' ``sender_hash``, distinct, and not named). A shared hash
+    only names more entries, or leaves fewer resting: the kernel sees them."""
+    named = batch_hashes.select(F.col("key_hash").alias("_named"))
+    quiet = quiet_hashes.select(F.col(SENDER).alias("_quiet"))
+    return (parent_apama.join(named, key_hash() == F.col("_named"), "left")
+            .join(quiet, sender_hash() == F.col("_quiet"), "left")
+            .withColumn("named", F.col("_named").isNotNull())
+            .withColumn("resting", (F.col("queue") == kernel.SENDER_QUEUE) & F.col("_quiet").isNotNull()
+                        & ~F.col("named"))
+            .drop("_named", "_quiet"))
+
+
+def units(positioned: DataFrame, ranks: DataFrame, sequential: list[str]) -> DataFrame:
     """``transforms.rank_in_caches(transforms.assign_units(transforms.mark_repeated(...)))``'s
-    rows for a batch without Apama caches: ``positioned`` (``transforms.position_units``) with
-    ``contested``, ``free_rank`` and ``contested_rank`` found by line in ``ranks`` (``rank``, few
-    rows: broadcast), and no message ``sequential`` or ``quiet``."""
+    rows: ``positioned`` (``transforms.position_units``) with ``contested``, ``quiet``,
+    ``free_rank`` and ``contested_rank`` found by line in ``ranks`` (``rank``, few rows:
+    broadcast), and ``sequential``: its cache is one of ``sequential`` (Apama caches)."""
     line = F.col("row_id").bitwiseAND(LINE_MASK).cast("int")
     at = lambda column: F.try_element_at(F.col(column), line)  # noqa: E731
+    in_sequential = F.coalesce(F.col("cache").isin(sequential), F.lit(False)) if sequential else F.lit(False)
     return (positioned
             .join(F.broadcast(ranks.withColumnRenamed("file_index", "_file_index")),
                   F.shiftright("row_id", LINE_BITS) == F.col("_file_index"))
-            .select(*positioned.columns, F.lit(False).alias("sequential"), F.lit(False).alias("quiet"),
+            .select(*positioned.columns, in_sequential.alias("sequential"),
+                    (in_sequential & at("quiet")).alias("quiet"),
                     at("contested").alias("contested"), at("free_rank").cast("long").alias("free_rank"),
                     at("contested_rank").cast("long").alias("contested_rank")))
