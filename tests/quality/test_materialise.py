@@ -60,11 +60,14 @@ def test_small_frames_are_given_the_hashes_that_repeat_found_on_the_driver(spark
 
 def test_hashes_go_to_the_driver_while_they_fit_its_heaps_share(spark):
     heap = spark.sparkContext._jvm.java.lang.Runtime.getRuntime().maxMemory()
-    assert hashes_on_driver(spark, 1_000)
-    assert not hashes_on_driver(spark, heap)
+    assert hashes_on_driver(spark, 1_000, 3)
+    assert not hashes_on_driver(spark, heap, 3)
+    # a fourth hash a row takes a fifth more
+    fits = heap * 0.1 / 32
+    assert hashes_on_driver(spark, fits * 0.99, 3) and not hashes_on_driver(spark, fits * 0.99, 4)
     spark.conf.set(HASHES_HEAP_SHARE_CONF, "0")
     try:
-        assert not hashes_on_driver(spark, 1)
+        assert not hashes_on_driver(spark, 1, 3)
     finally:
         spark.conf.unset(HASHES_HEAP_SHARE_CONF)
 

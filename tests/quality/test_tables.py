@@ -181,7 +181,11 @@ def test_the_hashes_that_repeat_in_one_pass_are_those_each_exception_finds(spark
     together; the hashes that repeat in a column give each exception the rows its own aggregation
     gives it, for every kind of exception."""
     parent, batch, gone = _every_exception(spark)
-    hashes = tables.exception_hashes(batch, gone, parent).collect()
+    snapshot = frame(spark, [entry("k1", 1, "a", "B2"), entry("k1", 2, "b", "B2"), entry("k2", 3, "c", "B2"),
+                             entry(None, 4, "d", "B2")], ID_CACHE_DDL)
+    hashes = tables.exception_hashes(batch, gone, parent, snapshot).collect()
+    assert [tuple(r) for r in tables.exception_hashes(batch, gone, parent).collect()] == [
+        tuple(r)[:-1] for r in hashes[:-4]]  # without this batch's snapshot: its column and rows left out
 
     def repeated(column):
         seen = [r[column] for r in hashes if r[column] is not None]
@@ -191,13 +195,15 @@ def test_the_hashes_that_repeat_in_one_pass_are_those_each_exception_finds(spark
     def rows(df):
         return sorted((tuple(r) for r in df.collect()), key=repr)
 
-    assert len(hashes) == 6 + 2 + 2
+    assert len(hashes) == 6 + 2 + 2 + 4
     assert rows(tables.repeated_message_ids(batch, gone, repeated(tables.REPEATED_MESSAGE_IDS))) == rows(
         tables.repeated_message_ids(batch, gone)) == [("n3", 2, 1)]
     assert rows(tables.shared_cache_seq_counts(batch, repeated(tables.SHARED_CACHE_SEQ_COUNTS))) == rows(
         tables.shared_cache_seq_counts(batch)) == [("orders.eu", 7, 2)]
     assert rows(repeated(tables.REPEATED_KEY_HASHES)) == rows(tables.repeated_key_hashes(batch, parent, "B2"))
     assert repeated(tables.REPEATED_KEY_HASHES).count() == 3  # k4, k2 and k9
+    assert rows(tables.held_key_excess(snapshot, repeated(tables.REPEATED_HELD_KEYS))) == rows(
+        tables.held_key_excess(snapshot)) == [("orders.eu", 1)]  # k1 held twice
 
 
 def test_key_window_orders_keys_sharing_a_hash_with_another_as_keys_with_no_previous_acceptance(spark):

@@ -274,24 +274,30 @@ def small_frames(batch: BatchOutputs, batch_id: str) -> dict[str, Callable[[Data
         tables.REPEATED_KEY_HASHES: lambda hashes: hashes if hashes is not None
         else tables.repeated_key_hashes(batch.delivered, batch.parent_id_cache, batch_id),
         tables.SHARED_CACHE_SEQ_COUNTS: lambda hashes: tables.shared_cache_seq_counts(batch.delivered, hashes),
+        tables.REPEATED_HELD_KEYS: lambda hashes: tables.held_key_excess(batch.id_cache, hashes),
     }
 
 
 def exception_hashes(spark: SparkSession, warehouse: str, batch: BatchOutputs) -> Callable[[], DataFrame] | None:
     """``tables.exception_hashes`` of the batch, for ``SmallFrames`` to find their repeats on the
     driver, where its rows fit there by the manifests (the batch's lines and its parent snapshot's
-    entries); else None, and each exception is found by an aggregation in Spark. A manifest that does
-    not say counts as too many rows: the gate checks manifests it cannot trust."""
+    entries, and this batch's entries where they fit too: else its own keys held twice are found
+    by an aggregation); else None, and each exception is found by an aggregation in Spark. A
+    manifest that does not say counts as too many rows: the gate checks manifests it cannot trust."""
     try:
         rows = int(batch.manifest["counts"]["input_lines"])
+        own = sum(int(cache["entries"]) for cache in batch.manifest["caches"].values())
         parent = (batch.manifest.get("parent") or {}).get("batch_id")
         if parent:
             rows += sum(int(cache["entries"]) for cache in read_manifest(spark, warehouse, parent)["caches"].values())
     except (GateInputError, KeyError, TypeError, ValueError, AttributeError):
         return None
-    if not hashes_on_driver(spark, rows):
-        return None
-    return lambda: tables.exception_hashes(batch.delivered, batch.dropped, batch.parent_id_cache)
+    kinds = len(tables.EXCEPTIONS)
+    if hashes_on_driver(spark, rows + own, kinds):
+        return lambda: tables.exception_hashes(batch.delivered, batch.dropped, batch.parent_id_cache, batch.id_cache)
+    if hashes_on_driver(spark, rows, kinds - 1):
+        return lambda: tables.exception_hashes(batch.delivered, batch.dropped, batch.parent_id_cache)
+    return None
 
 
 def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str,
@@ -325,7 +331,8 @@ def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str,
         "transactions": lambda: tables.transactions(batch.delivered, batch.dropped),
         "accounting": accounting,
         "id_cache": lambda: tables.id_cache_occupancy(batch.id_cache, sizes,
-                                                       apama=tables.has_apama_caches(batch.manifest)),
+                                                       apama=tables.has_apama_caches(batch.manifest),
+                                                       excess=get(tables.REPEATED_HELD_KEYS)),
     }
 
 

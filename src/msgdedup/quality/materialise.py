@@ -167,17 +167,19 @@ HASHES = "exception_hashes"  # the job group of their pass over the outputs
 
 # ``SmallFrames``' hashes on the driver: a row of three nullable 64-bit hashes is about 25 bytes in
 # Arrow, held by the driver's JVM while it serves them and by its Python while numpy sorts a
-# column; they are collected when the rows fit this share of the driver's heap (1M messages and
-# 500K snapshot entries, about 38 MiB: a 1g driver holds them; a 5M batch's go to the aggregations).
-HASH_ROW_BYTES = 32
+# column, counted as 8 bytes a hash and 8 more a row; they are collected when the rows fit this
+# share of the driver's heap (a 1M batch and its own 1M snapshot entries with four hashes, 76 MiB;
+# with its parent's 1M entries too, its own are left out, and the 2M rows of three take 61 MiB: a
+# 1g driver holds them; a 5M batch's go to the aggregations).
+HASH_BYTES = 8
 HASHES_HEAP_SHARE = 0.1
 HASHES_HEAP_SHARE_CONF = "spark.msgdedup.gateHashesHeapShare"
 
 
-def hashes_on_driver(spark: SparkSession, rows: float) -> bool:
-    """Whether ``SmallFrames`` finds the repeated hashes of ``rows`` rows on the driver (the same
-    frames either way, not the same cost); 0 for the share: never."""
-    return rows * HASH_ROW_BYTES <= heap_share(spark, HASHES_HEAP_SHARE_CONF, HASHES_HEAP_SHARE)
+def hashes_on_driver(spark: SparkSession, rows: float, kinds: int) -> bool:
+    """Whether ``SmallFrames`` finds the repeated hashes of ``rows`` rows of ``kinds`` hashes each on
+    the driver (the same frames either way, not the same cost); 0 for the share: never."""
+    return rows * HASH_BYTES * (kinds + 1) <= heap_share(spark, HASHES_HEAP_SHARE_CONF, HASHES_HEAP_SHARE)
 
 
 def _to_pandas(frame: DataFrame) -> pd.DataFrame:
@@ -229,7 +231,7 @@ class SmallFrames:
 
     def _compute(self, name: str, build: Callable[[DataFrame | None], DataFrame]) -> DataFrame:
         self._spark.sparkContext.setJobGroup(f"gx-gate-derive-{name}", f"GX gate: compute {name}")
-        frame = build(None if self._repeats is None else self._repeats.result()[name])
+        frame = build(None if self._repeats is None else self._repeats.result().get(name))
         rows = frame.limit(self._limit + 1).collect()
         if len(rows) > self._limit:
             self.rows[name] = None

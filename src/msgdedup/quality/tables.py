@@ -92,35 +92,48 @@ def _possibly_repeated(rows: DataFrame, columns: tuple[str, ...], hashes: DataFr
 REPEATED_MESSAGE_IDS = "repeated_message_ids"
 REPEATED_KEY_HASHES = "repeated_key_hashes"
 SHARED_CACHE_SEQ_COUNTS = "shared_cache_seq_counts"
+REPEATED_HELD_KEYS = "repeated_held_keys"
+EXCEPTIONS = (REPEATED_MESSAGE_IDS, SHARED_CACHE_SEQ_COUNTS, REPEATED_KEY_HASHES, REPEATED_HELD_KEYS)
 
 
-def exception_hashes(delivered: DataFrame, dropped: DataFrame, parent_id_cache: DataFrame) -> DataFrame:
-    """A row per row of delivered, dropped and the parent snapshot, with the hash each exception
-    groups that row by, or null where the exception does not look at the row: its message_id
-    (``repeated_message_ids``: delivered and dropped), its cache and cache_seq
+def exception_hashes(delivered: DataFrame, dropped: DataFrame, parent_id_cache: DataFrame,
+                     id_cache: DataFrame | None = None) -> DataFrame:
+    """A row per row of delivered, dropped, the parent snapshot and this batch's (``id_cache``;
+    None: left out, and so is its column: its exception then finds them itself), with the hash
+    each exception groups that row by, or null where the exception does not look at the row: its
+    message_id (``repeated_message_ids``: delivered and dropped), its cache and cache_seq
     (``shared_cache_seq_counts``: numbered deliveries), its cache and key
-    (``repeated_key_hashes``: this batch's acceptances and the snapshot's).
+    (``repeated_key_hashes``: this batch's acceptances and the parent snapshot's;
+    ``held_key_excess``: this batch's snapshot).
 
     The hashes that repeat in a column are the ones that exception's own aggregation finds. A
     caller that finds them itself (the gate, on the driver, ``materialise.SmallFrames``) reads the
-    outputs once for the three, and shuffles nothing: at 1M messages the three aggregations took
-    1.8-2.3 s of a warm application (5.6 s the first time), this frame collected and its repeats
-    found by numpy 0.4-0.5 s (0.9 s; docs/benchmarks.md)."""
+    outputs once for the four, and shuffles nothing: at 1M messages the three aggregations of the
+    outputs took 1.8-2.3 s of a warm application (5.6 s the first time), this frame collected and
+    its repeats found by numpy 0.4-0.5 s (0.9 s; docs/benchmarks.md); the snapshot's aggregation,
+    1.1-1.9 s of task time over its 500K entries."""
     none = F.lit(None).cast("long")
 
     def hash_where(condition: Column, columns: tuple[str, ...]) -> Column:
         return F.when(condition, _hash_of(columns))
 
+    kinds = EXCEPTIONS if id_cache is not None else tuple(k for k in EXCEPTIONS if k != REPEATED_HELD_KEYS)
+
+    def hashes(frame: DataFrame, **columns: Column) -> DataFrame:
+        return frame.select(*[columns.get(name, none).alias(name) for name in kinds])
+
     ids = hash_where(F.col("message_id").isNotNull(), ("message_id",))
-    return (
-        delivered.select(ids.alias(REPEATED_MESSAGE_IDS),
-                         hash_where(_is_numbered(), ("cache", "cache_seq")).alias(SHARED_CACHE_SEQ_COUNTS),
-                         hash_where(_is_accepted(), _KEY).alias(REPEATED_KEY_HASHES))
-        .unionByName(dropped.select(ids.alias(REPEATED_MESSAGE_IDS), none.alias(SHARED_CACHE_SEQ_COUNTS),
-                                    none.alias(REPEATED_KEY_HASHES)))
-        .unionByName(parent_id_cache.select(none.alias(REPEATED_MESSAGE_IDS), none.alias(SHARED_CACHE_SEQ_COUNTS),
-                                            _hash_of(_KEY).alias(REPEATED_KEY_HASHES)))
+    rows = (
+        hashes(delivered, **{REPEATED_MESSAGE_IDS: ids,
+                             SHARED_CACHE_SEQ_COUNTS: hash_where(_is_numbered(), ("cache", "cache_seq")),
+                             REPEATED_KEY_HASHES: hash_where(_is_accepted(), _KEY)})
+        .unionByName(hashes(dropped, **{REPEATED_MESSAGE_IDS: ids}))
+        .unionByName(hashes(parent_id_cache, **{REPEATED_KEY_HASHES: _hash_of(_KEY)}))
     )
+    if id_cache is not None:
+        held = hash_where(F.col("dedup_key").isNotNull(), _KEY)
+        rows = rows.unionByName(hashes(id_cache, **{REPEATED_HELD_KEYS: held}))
+    return rows
 
 
 def repeated_message_ids(delivered: DataFrame, dropped: DataFrame, hashes: DataFrame | None = None) -> DataFrame:
@@ -553,7 +566,20 @@ def accounting(
     return accounting_from_counts(spark, manifest, output_counts(delivered, dropped, quarantine).first().asDict())
 
 
-def id_cache_occupancy(id_cache: DataFrame, sizes: DataFrame, apama: bool = True) -> DataFrame:
+def held_key_excess(id_cache: DataFrame, hashes: DataFrame | None = None) -> DataFrame:
+    """``cache, _excess``: per cache, how many of its entries in this batch's snapshot hold a key
+    it holds already (normally none: no row), found among the entries whose hash of (cache, key)
+    repeats (``_possibly_repeated``). ``hashes``: those repeated hashes, when the caller found
+    them (``exception_hashes``)."""
+    keyed = id_cache.where(F.col("dedup_key").isNotNull())
+    return (
+        _possibly_repeated(keyed.select(*_KEY), _KEY, hashes).groupBy(*_KEY).agg(F.count(F.lit(1)).alias("_n"))
+        .where(F.col("_n") > 1).groupBy("cache").agg(F.sum(F.col("_n") - 1).alias("_excess"))
+    )
+
+
+def id_cache_occupancy(id_cache: DataFrame, sizes: DataFrame, apama: bool = True,
+                       excess: DataFrame | None = None) -> DataFrame:
     """Per cache: entries in this batch's snapshot against the cache's size.
 
     A snapshot larger than the cache would make the next batch see keys that Artemis had
@@ -569,13 +595,12 @@ def id_cache_occupancy(id_cache: DataFrame, sizes: DataFrame, apama: bool = True
     of their own, which gives a full outer join's rows without another shuffle. ``apama``: False
     when no cache of the manifest is an Apama cache (``has_apama_caches``): the queues' checks
     compare with an Apama cache's windows, which no other cache has, so they are not computed
-    (three Spark jobs over the snapshot).
+    (three Spark jobs over the snapshot). ``excess``: ``held_key_excess(id_cache)`` when the
+    caller has computed it already (the gate does, from hashes it collected, and hands it over as
+    a local table: then the snapshot is read once, and not shuffled).
     """
-    keyed = id_cache.where(F.col("dedup_key").isNotNull())
-    excess = (
-        _possibly_repeated(keyed.select(*_KEY), _KEY).groupBy(*_KEY).agg(F.count(F.lit(1)).alias("_n"))
-        .where(F.col("_n") > 1).groupBy("cache").agg(F.sum(F.col("_n") - 1).alias("_excess"))
-    )
+    if excess is None:
+        excess = held_key_excess(id_cache)
     queues = _apama_queues(id_cache) if apama else _no_apama_queues(id_cache.sparkSession)
     declared = sizes.select("cache", F.lit(None).cast("long").alias("_held"), F.lit(None).cast("long").alias("_keyed"),
                             "policy", "id_cache_size", "manifest_entries")
