@@ -36,8 +36,8 @@ def test_small_frames_are_given_the_hashes_that_repeat_found_on_the_driver(spark
     it), a few (a local table of them), or more than ``limit`` (None: the frame aggregates its rows
     itself)."""
     hashes = spark.createDataFrame(
-        [(i, 7 if i < 2 else 8 if i < 4 else 100 + i, i % 20) for i in range(40)] + [(None, None, None)] * 2,
-        "none long, few long, many long")
+        [(i, 7 if i < 2 else 8 if i < 4 else 100 + i, i % 20, i % 3) for i in range(40)] + [(None,) * 4] * 2,
+        "none long, few long, many long, part byte")
     given = {}
 
     def build(name):
@@ -46,16 +46,25 @@ def test_small_frames_are_given_the_hashes_that_repeat_found_on_the_driver(spark
             return spark.range(0) if repeated is None else repeated
         return frame
 
-    small = SmallFrames(spark, {name: build(name) for name in ("none", "few", "many")}, limit=10, hashes=lambda: hashes)
+    small = SmallFrames(spark, {name: build(name) for name in ("none", "few", "many", "absent")}, limit=10,
+                        hashes=lambda: hashes, tallied="part")
     try:
+        # the tallied column is counted, not searched for repeats; a frame without a column aggregates itself
+        assert small.tally() == {0: 14, 1: 13, 2: 13}
+        assert small.get("absent").collect() == [] and given["absent"] is None and "part" not in given
         assert small.get("none").collect() == [] and given["none"].collect() == []
         assert "LocalRelation <empty>" in small.get("none")._jdf.queryExecution().optimizedPlan().toString()
         assert sorted(r._hash for r in given["few"].collect()) == [7, 8]
         assert sorted(r._hash for r in small.get("few").collect()) == [7, 8]
         assert small.get("many").collect() == [] and given["many"] is None
-        assert small.rows == {"none": 0, "few": 2, "many": 0}
+        assert small.rows == {"none": 0, "few": 2, "many": 0, "absent": 0}
     finally:
         small.close()
+    without = SmallFrames(spark, {"none": build("none")}, limit=10)
+    try:
+        assert without.tally() is None
+    finally:
+        without.close()
 
 
 def test_hashes_go_to_the_driver_while_they_fit_its_heaps_share(spark):

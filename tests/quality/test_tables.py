@@ -184,8 +184,14 @@ def test_the_hashes_that_repeat_in_one_pass_are_those_each_exception_finds(spark
     snapshot = frame(spark, [entry("k1", 1, "a", "B2"), entry("k1", 2, "b", "B2"), entry("k2", 3, "c", "B2"),
                              entry(None, 4, "d", "B2")], ID_CACHE_DDL)
     hashes = tables.exception_hashes(batch, gone, parent, snapshot).collect()
-    assert [tuple(r) for r in tables.exception_hashes(batch, gone, parent).collect()] == [
-        tuple(r)[:-1] for r in hashes[:-4]]  # without this batch's snapshot: its column and rows left out
+    without = [r.asDict() for r in tables.exception_hashes(batch, gone, parent).collect()]
+    # without this batch's snapshot: its column and rows left out
+    assert without == [{k: v for k, v in r.asDict().items() if k != tables.REPEATED_HELD_KEYS} for r in hashes[:-4]]
+    # each row names its output, as output_counts counts them (the snapshots' rows none)
+    outputs = [r[tables.OUTPUT_OF_ROW] for r in hashes]
+    counted = tables.output_counts(batch, gone, gone.limit(0)).first()
+    assert [outputs.count(code) for code in range(len(tables.OUTPUTS))] == [counted[o] for o in tables.OUTPUTS]
+    assert outputs.count(None) == 2 + 4
 
     def repeated(column):
         seen = [r[column] for r in hashes if r[column] is not None]

@@ -305,8 +305,11 @@ def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str,
     """How to build each checked table of ``checks.CHECKED_TABLES``, by name (lazy DataFrames).
 
     With ``small`` (the exceptions of ``small_frames``, computed first), messages and key_window
-    take them from there instead of computing them inside their own plans. The accounting table
-    runs its one counting query when it is built (three numbers reach the driver).
+    take them from there instead of computing them inside their own plans, and id_cache its keys
+    held twice. The accounting table counts the outputs when it is built: the delivered and
+    dropped rows as ``small``'s pass over them counted them, where it ran (``SmallFrames.tally``:
+    a pass less over a million rows), and the quarantined ones by a query; else all three by one
+    query (three numbers reach the driver).
     """
     sizes = tables.cache_sizes(spark, batch.manifest)
 
@@ -314,8 +317,14 @@ def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str,
         return small.get(name) if small is not None else None
 
     def accounting() -> DataFrame:
-        counts = tables.output_counts(batch.delivered, batch.dropped, batch.quarantine).first()
-        return tables.accounting_from_counts(spark, batch.manifest, counts.asDict())
+        # the delivered and dropped rows as the exceptions' hash pass counted them, where it ran
+        tally = small.tally() if small is not None else None
+        if tally is None:
+            counts = tables.output_counts(batch.delivered, batch.dropped, batch.quarantine).first().asDict()
+        else:
+            counts = {output: tally.get(code, 0) for code, output in enumerate(tables.OUTPUTS)}
+            counts["quarantined"] = batch.quarantine.count()
+        return tables.accounting_from_counts(spark, batch.manifest, counts)
 
     def key_window() -> DataFrame:
         again = get(tables.REPEATED_KEY_HASHES)
@@ -544,7 +553,8 @@ def run_gate(
     checked: MaterialisedTables | None = None
     small: SmallFrames | None = None
     try:
-        small = SmallFrames(session, small_frames(batch, batch_id), hashes=exception_hashes(session, warehouse, batch))
+        small = SmallFrames(session, small_frames(batch, batch_id), hashes=exception_hashes(session, warehouse, batch),
+                            tallied=tables.OUTPUT_OF_ROW)
         checked = MaterialisedTables(session, checked_tables(session, batch, batch_id, small), on_driver,
                                      driver_rows=driver_decide_lines(session))
         with timer.step("import_gx"):

@@ -205,13 +205,18 @@ class SmallFrames:
     named as the frame (null where a row has none of that kind), whose repeats are then found
     on the driver, in one pass over the outputs without a shuffle, and handed to each frame as a
     local table (None where more than ``limit`` repeat: a badly broken batch). The caller gives
-    it where its rows fit the driver (``hashes_on_driver``).
+    it where its rows fit the driver (``hashes_on_driver``). ``tallied``: a column of ``hashes``
+    that is no hash but a small number naming where each row comes from, whose rows per value
+    that pass counts as well (``tally``), for a check that counts rows.
     """
 
     def __init__(self, spark: SparkSession, frames: dict[str, Callable[[DataFrame | None], DataFrame]],
-                 limit: int = SMALL_ROWS, hashes: Callable[[], DataFrame] | None = None) -> None:
+                 limit: int = SMALL_ROWS, hashes: Callable[[], DataFrame] | None = None,
+                 tallied: str | None = None) -> None:
         self._spark = spark
         self._limit = limit
+        self._tallied = tallied
+        self._tally: dict[int, int] = {}
         self.rows: dict[str, int | None] = {}
         self._pool = ThreadPoolExecutor(max_workers=len(frames) + 1, thread_name_prefix="gx-gate-small")
         self._futures: dict[str, Future] = {}
@@ -223,6 +228,10 @@ class SmallFrames:
     def _repeated_on_driver(self, hashes: Callable[[], DataFrame]) -> dict[str, DataFrame | None]:
         self._spark.sparkContext.setJobGroup(f"gx-gate-derive-{HASHES}", "GX gate: compute the exceptions' hashes")
         table = hashes().toArrow()
+        if self._tallied in table.column_names:
+            counted = table[self._tallied].value_counts().to_pylist()
+            self._tally = {c["values"]: c["counts"] for c in counted if c["values"] is not None}
+            table = table.drop_columns([self._tallied])
         found = {name: repeated_values(table[name]) for name in table.column_names}
         del table
         driver_memory.release()
@@ -242,6 +251,14 @@ class SmallFrames:
             # again, and the joins to it are dropped from the table's plan.
             return frame.limit(0)
         return F.broadcast(local_frame(self._spark, rows, frame.schema))
+
+    def tally(self) -> dict[int, int] | None:
+        """Rows per value of the ``tallied`` column, once the hashes' pass is done (a value no row
+        has is not listed); None without that pass. Re-raises what the pass raised."""
+        if self._repeats is None:
+            return None
+        self._repeats.result()
+        return dict(self._tally)
 
     def get(self, name: str) -> DataFrame:
         """The frame, once computed (local when small); re-raises what computing it raised."""

@@ -94,6 +94,10 @@ REPEATED_KEY_HASHES = "repeated_key_hashes"
 SHARED_CACHE_SEQ_COUNTS = "shared_cache_seq_counts"
 REPEATED_HELD_KEYS = "repeated_held_keys"
 EXCEPTIONS = (REPEATED_MESSAGE_IDS, SHARED_CACHE_SEQ_COUNTS, REPEATED_KEY_HASHES, REPEATED_HELD_KEYS)
+# ``exception_hashes``' column naming the output a row is of, by its place in OUTPUTS (null: a
+# snapshot's row): its rows per output are what ``output_counts`` counts.
+OUTPUT_OF_ROW = "_output"
+OUTPUTS = ("delivered", "dropped")
 
 
 def exception_hashes(delivered: DataFrame, dropped: DataFrame, parent_id_cache: DataFrame,
@@ -104,7 +108,8 @@ def exception_hashes(delivered: DataFrame, dropped: DataFrame, parent_id_cache: 
     message_id (``repeated_message_ids``: delivered and dropped), its cache and cache_seq
     (``shared_cache_seq_counts``: numbered deliveries), its cache and key
     (``repeated_key_hashes``: this batch's acceptances and the parent snapshot's;
-    ``held_key_excess``: this batch's snapshot).
+    ``held_key_excess``: this batch's snapshot); and ``OUTPUT_OF_ROW``, the output a row is of,
+    so that the same pass counts the outputs' rows (``accounting_from_counts``).
 
     The hashes that repeat in a column are the ones that exception's own aggregation finds. A
     caller that finds them itself (the gate, on the driver, ``materialise.SmallFrames``) reads the
@@ -119,15 +124,16 @@ def exception_hashes(delivered: DataFrame, dropped: DataFrame, parent_id_cache: 
 
     kinds = EXCEPTIONS if id_cache is not None else tuple(k for k in EXCEPTIONS if k != REPEATED_HELD_KEYS)
 
-    def hashes(frame: DataFrame, **columns: Column) -> DataFrame:
-        return frame.select(*[columns.get(name, none).alias(name) for name in kinds])
+    def hashes(frame: DataFrame, output: str | None = None, **columns: Column) -> DataFrame:
+        code = F.lit(None if output is None else OUTPUTS.index(output)).cast("byte")
+        return frame.select(*[columns.get(name, none).alias(name) for name in kinds], code.alias(OUTPUT_OF_ROW))
 
     ids = hash_where(F.col("message_id").isNotNull(), ("message_id",))
     rows = (
-        hashes(delivered, **{REPEATED_MESSAGE_IDS: ids,
-                             SHARED_CACHE_SEQ_COUNTS: hash_where(_is_numbered(), ("cache", "cache_seq")),
-                             REPEATED_KEY_HASHES: hash_where(_is_accepted(), _KEY)})
-        .unionByName(hashes(dropped, **{REPEATED_MESSAGE_IDS: ids}))
+        hashes(delivered, "delivered", **{REPEATED_MESSAGE_IDS: ids,
+                                          SHARED_CACHE_SEQ_COUNTS: hash_where(_is_numbered(), ("cache", "cache_seq")),
+                                          REPEATED_KEY_HASHES: hash_where(_is_accepted(), _KEY)})
+        .unionByName(hashes(dropped, "dropped", **{REPEATED_MESSAGE_IDS: ids}))
         .unionByName(hashes(parent_id_cache, **{REPEATED_KEY_HASHES: _hash_of(_KEY)}))
     )
     if id_cache is not None:
