@@ -15,12 +15,13 @@ a larger batch's stay in Spark.
 Cost: GX asks several questions of each table per expectation (counts, sample values, sample
 rows), each a Spark job, so every checked table is computed once and cached before GX sees it
 (``materialise.py``); GX validates each table as soon as it is cached, while the others are
-still being computed, several Spark tables at once (``_validate``). The few exceptions the big
+still being computed, several Spark tables at once (``_validate``). The few exceptions the
 tables join back to their rows (repeated message_ids, hashes of keys accepted again, shared
-cache_seqs) are computed first (their repeated hashes found on the driver, in one pass over the
-outputs) and, when small, handed over as local tables (``materialise.SmallFrames``), so no batch
-row is shuffled. The GX project (context, checkpoints, suites) is opened once per process and
-quality directory and reused by later gate calls (a long-lived driver gates batch after batch).
+cache_seqs, keys the snapshot holds twice) are computed first (their repeated hashes found on the
+driver, in one pass over the outputs and the snapshots, which also counts the outputs' rows) and,
+when small, handed over as local tables (``materialise.SmallFrames``), so no batch row is
+shuffled. The GX project (context, checkpoints, suites) is opened once per process and quality
+directory and reused by later gate calls (a long-lived driver gates batch after batch).
 The Data Docs site is built once per batch rather than once per checkpoint.
 ``result.json`` records the seconds each step took (``timings``; ``derive_s`` overlaps
 ``validate_s``).
