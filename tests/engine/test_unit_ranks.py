@@ -124,10 +124,8 @@ def test_the_driver_finds_quiet_senders_and_resting_entries_as_spark_does(spark)
     rows = messages.select(*unit_ranks.columns(list(WINDOWS))).toArrow()
     hashes = dict(local_frame(spark, [(c,) for c in WINDOWS], "cache string")
                   .select("cache", unit_ranks.cache_hash()).collect())
-    held = (parent.filter(F.col("queue") == kernel.SENDER_QUEUE)
-            .groupBy(unit_ranks.sender_hash().alias(unit_ranks.SENDER), unit_ranks.cache_hash().alias("cache_hash"))
-            .count().toArrow())
-    got, quiet_hashes = unit_ranks.quiet_senders(rows, {hashes[c]: w for c, w in WINDOWS.items()}, held)
+    got, quiet_hashes = unit_ranks.quiet_senders(rows, {hashes[c]: w for c, w in WINDOWS.items()},
+                                                 unit_ranks.held(parent).toArrow())
     assert dict(zip(rows["row_id"].to_pylist(), got.tolist(), strict=True)) == expected
     ranks, _ = unit_ranks.rank(rows, np.empty(0, np.int64), got)
     units = unit_ranks.units(messages, spark.createDataFrame(ranks, unit_ranks.RANKS_SPARK_SCHEMA), list(WINDOWS))
@@ -151,8 +149,7 @@ def test_a_sender_hash_shared_by_two_senders_only_makes_fewer_quiet(spark):
     rows = messages.select(*unit_ranks.columns(list(WINDOWS))).toArrow()
     hashes = dict(local_frame(spark, [(c,) for c in WINDOWS], "cache string")
                   .select("cache", unit_ranks.cache_hash()).collect())
-    empty = pa.table({unit_ranks.SENDER: pa.array([], pa.int64()), "cache_hash": pa.array([], pa.int32()),
-                      "count": pa.array([], pa.int64())})
+    empty = unit_ranks.HELD_SCHEMA.empty_table()
     limits = {hashes[c]: w for c, w in WINDOWS.items()}
     exact, _ = unit_ranks.quiet_senders(rows, limits, empty)
     senders = rows[unit_ranks.SENDER].to_numpy(zero_copy_only=False)

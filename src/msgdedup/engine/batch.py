@@ -510,11 +510,8 @@ def _ranks(spark: SparkSession, rows: pa.Table, parent: _Parent, windows: dict, 
 def _held(spark: SparkSession, parent: _Parent) -> pa.Table:
     """The parent's entries in each Apama sender queue (unit_ranks.quiet_senders' ``held``)."""
     if parent.apama is None:
-        return pa.table({unit_ranks.SENDER: pa.array([], pa.int64()), "cache_hash": pa.array([], pa.int32()),
-                         "count": pa.array([], pa.int64())})
-    return (parent.apama.filter(F.col("queue") == kernel.SENDER_QUEUE)
-            .groupBy(unit_ranks.sender_hash().alias(unit_ranks.SENDER), unit_ranks.cache_hash().alias("cache_hash"))
-            .count().toArrow())
+        return unit_ranks.HELD_SCHEMA.empty_table()
+    return unit_ranks.held(parent.apama).toArrow()
 
 
 def _decide_ranked(spark: SparkSession, positioned: DataFrame, ranked: _Ranked, windows: dict, batch_id: str,

@@ -60,6 +60,8 @@ RANKS_SPARK_SCHEMA = from_arrow_schema(RANKS_SCHEMA)
 # transforms.batch_keys' rows, of the contested messages (``contested_keys``).
 KEY_COUNTS_SCHEMA = pa.schema([("cache", pa.string()), ("dedup_key", pa.string()), ("count", pa.int64())])
 KEY_COUNTS_SPARK_SCHEMA = from_arrow_schema(KEY_COUNTS_SCHEMA)
+# ``held``'s rows: the parent's entries in each Apama sender queue.
+HELD_SCHEMA = pa.schema([(SENDER, pa.int64()), ("cache_hash", pa.int32()), ("count", pa.int64())])
 # The columns of RANKS_SCHEMA that only a message with a key has.
 _KEYED = ("free_rank", "contested_rank")
 # A Spark array holds at most this many elements, and a list column's offsets are 32-bit.
@@ -97,15 +99,22 @@ def distinct_cache_hashes(hashes: list[int]) -> bool:
     return len(set(hashes)) == len(hashes)
 
 
+def held(parent_apama: DataFrame) -> DataFrame:
+    """HELD_SCHEMA's rows of the parent's Apama entries (``quiet_senders``' ``held``): few, one per
+    sender queue."""
+    return (parent_apama.filter(F.col("queue") == kernel.SENDER_QUEUE)
+            .groupBy(sender_hash().alias(SENDER), cache_hash().alias("cache_hash")).count())
+
+
 def quiet_senders(rows: pa.Table, windows: dict[int, int], held: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     """Which of ``rows`` (``COLLECTED`` and ``SENDER``) have a quiet sender, and the quiet senders'
     hashes: transforms.quiet_senders, by hash. A sender is quiet when the batch's messages to it
-    and the parent's entries in its queue (``held``: ``SENDER``, ``cache_hash``, ``count``) fit
-    the ``per_source_window`` of its cache (``windows``: by cache hash, every Apama cache)."""
-    mine = rows[SENDER].is_valid().to_numpy(zero_copy_only=False)
+    and the parent's entries in its queue (``held``: HELD_SCHEMA, ``held``'s rows) fit the
+    ``per_source_window`` of its cache (``windows``: by cache hash, every Apama cache)."""
+    valid = rows[SENDER].is_valid()
+    mine = valid.to_numpy(zero_copy_only=False)
     senders = np.concatenate([rows[SENDER].drop_null().to_numpy(), held[SENDER].to_numpy()])
-    caches = np.concatenate([rows["cache_hash"].filter(rows[SENDER].is_valid()).to_numpy(),
-                             held["cache_hash"].to_numpy()])
+    caches = np.concatenate([rows["cache_hash"].filter(valid).to_numpy(), held["cache_hash"].to_numpy()])
     counts = np.concatenate([np.ones(int(mine.sum()), np.int64), held["count"].to_numpy()])
     known = np.array(sorted(windows), np.int64)
     window = np.array([windows[h] for h in known], np.int64)[np.searchsorted(known, caches)]
