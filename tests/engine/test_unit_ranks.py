@@ -33,6 +33,9 @@ ROWS = [
     (_row(1, 7), "m8", 35, "u", "d", "k6"),    # transaction u, alone
     (_row(1, 8), "m9", 50, None, None, None),  # a single message without a key
     (_row(1, 9), "m10", 45, None, "d", "k5"),  # k5 again: t is contested
+    (_row(0, 6), "m11", 60, "v", "c", "k7"),   # transaction v: two messages at one instant, so
+    (_row(1, 10), "m12", 60, "v", "c", "k8"),  # its commit point is the later row, (1, 10)
+    (_row(1, 11), "m13", 55, "v", "d", "k9"),
 ]
 
 
@@ -45,9 +48,8 @@ def _by_spark(spark, messages, parent_keys):
 
 
 def _by_driver(spark, messages, met_hashes):
-    positioned = transforms.position_units(messages)
-    ranks, contested = unit_ranks.rank(positioned.select(*unit_ranks.columns([])).toArrow(), met_hashes)
-    units = unit_ranks.units(positioned, spark.createDataFrame(ranks, unit_ranks.RANKS_SPARK_SCHEMA), [])
+    ranks, contested = unit_ranks.rank(messages.select(*unit_ranks.columns([])).toArrow(), met_hashes)
+    units = unit_ranks.units(messages, spark.createDataFrame(ranks, unit_ranks.RANKS_SPARK_SCHEMA), [])
     got = {r["row_id"]: tuple(r[c] for c in RANKED) for r in units.collect()}
     assert contested == sum(r[2] for r in got.values())
     return got
@@ -69,6 +71,7 @@ def test_the_driver_marks_and_ranks_units_as_the_aggregation_and_the_window_do(s
     assert expected[_row(0, 5)] == (5, _row(0, 5), True, 0, 1)
     assert expected[_row(1, 4)] == (40, _row(1, 4), True, None, None)
     assert expected[_row(0, 4)] == (30, _row(0, 4), False, 1, 2)
+    assert expected[_row(0, 6)][:2] == expected[_row(1, 11)][:2] == (60, _row(1, 10))
 
 
 def test_a_key_hash_shared_with_the_parents_entries_only_contests_more_units(spark):
@@ -83,11 +86,10 @@ def test_a_key_hash_shared_with_the_parents_entries_only_contests_more_units(spa
 
 
 def test_ranks_that_do_not_fit_spark_arrays_are_refused(spark, monkeypatch):
-    monkeypatch.setattr(unit_ranks, "_MAX_ELEMENTS", 5)
+    monkeypatch.setattr(unit_ranks, "_MAX_ELEMENTS", 6)
     messages = spark.createDataFrame(ROWS, MESSAGES).filter(F.col("row_id") < _row(1, 0))
-    positioned = transforms.position_units(messages)
-    assert unit_ranks.rank(positioned.select(*unit_ranks.columns([])).toArrow(), np.empty(0, np.int64)) is not None
-    assert unit_ranks.rank(transforms.position_units(spark.createDataFrame(ROWS, MESSAGES))
+    assert unit_ranks.rank(messages.select(*unit_ranks.columns([])).toArrow(), np.empty(0, np.int64)) is not None
+    assert unit_ranks.rank(spark.createDataFrame(ROWS, MESSAGES)
                            .select(*unit_ranks.columns([])).toArrow(), np.empty(0, np.int64)) is None
 
 
@@ -110,7 +112,7 @@ WINDOWS = {"c": 2, "d": 3}
 
 
 def test_the_driver_finds_quiet_senders_and_resting_entries_as_spark_does(spark):
-    messages = transforms.position_units(spark.createDataFrame(SENT_ROWS, SENT))
+    messages = spark.createDataFrame(SENT_ROWS, SENT)
     parent = spark.createDataFrame(
         [(c, k, i, f"m-{k}", "addr", "b0", 0, s, q) for i, (c, k, s, q) in enumerate(ENTRIES)],
         transforms.SNAPSHOT_SCHEMA)
@@ -145,7 +147,7 @@ def test_the_driver_finds_quiet_senders_and_resting_entries_as_spark_does(spark)
 def test_a_sender_hash_shared_by_two_senders_only_makes_fewer_quiet(spark):
     """Two senders sharing a hash (as a collision would make them) are counted as one, held to
     the smaller window: d/p1's three messages and c/p2's one do not fit c's 2."""
-    messages = transforms.position_units(spark.createDataFrame(SENT_ROWS, SENT))
+    messages = spark.createDataFrame(SENT_ROWS, SENT)
     rows = messages.select(*unit_ranks.columns(list(WINDOWS))).toArrow()
     hashes = dict(local_frame(spark, [(c,) for c in WINDOWS], "cache string")
                   .select("cache", unit_ranks.cache_hash()).collect())

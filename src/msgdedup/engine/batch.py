@@ -356,19 +356,19 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
                      source_files: list[str], kept: list[DataFrame], input_lines: int) -> _Decided:
     """transforms.py's plan: uncontested units by joins and windows, in parallel; contested ones
     through the kernel, on the driver when they are few (planning.kernel_on_driver), else in one
-    Spark task. Which units are contested, their ranks in their caches and the Apama caches' quiet
-    senders, the driver finds where they fit it (``_ranks``, planning.ranks_on_driver); else an
-    aggregation of the keys, a window over every keyed message and one of the senders do."""
+    Spark task. Where the units are, which are contested, their ranks in their caches and the
+    Apama caches' quiet senders, the driver finds where they fit it (``_ranks``,
+    planning.ranks_on_driver); else a window over the transactions, an aggregation of the keys, a
+    window over every keyed message and one of the senders do."""
     apama = cache_windows.of_policy(windows, APAMA)
     # the key columns, computed once from the parsed rows (kept on disk, wide) by the first pass
     # and read from here by the next ones
     keys = _kept(keys, kept)
-    # the units ranked on the driver (unit_ranks.py), where they fit: the pass that computes the
-    # key columns collects what the ranks need, the ids' hashes with it
+    # the units placed and ranked on the driver (unit_ranks.py), where they fit: the pass that
+    # computes the key columns collects what that needs, the ids' hashes with it
     ranked = ranks_on_driver(spark, input_lines, bool(apama)) and _caches_told_apart(spark, windows)
     if ranked:
-        positioned = _kept(transforms.position_units(keys), kept)
-        rows = positioned.select(*unit_ranks.columns(apama)).toArrow()
+        rows = keys.select(*unit_ranks.columns(apama)).toArrow()
         repeated = repeated_values(rows["id_hash"])
         suspects, suspected = values_frame(spark, repeated, "id_hash"), len(repeated)
     else:
@@ -387,13 +387,12 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
               else local_frame(spark, [], from_arrow_schema(driver_decide.COPY_SCHEMA)))
     if ranked:
         if copied:  # a copy is no message (it may have closed a transaction): placed again without them
-            positioned = _kept(transforms.position_units(messages), kept)
-            rows = positioned.select(*unit_ranks.columns(apama)).toArrow()
+            rows = messages.select(*unit_ranks.columns(apama)).toArrow()
         found = _ranks(spark, rows, parent, windows, kept)
-        del rows  # 52 bytes a message (60 with Apama caches): not held while the outputs are written
+        del rows  # 40 bytes a message and more (planning.RANK_ROW_BYTES): not held while the outputs are written
         driver_memory.release()
         if found is not None:
-            return _decide_ranked(spark, positioned, found, windows, batch_id, copies, kept)
+            return _decide_ranked(spark, messages, found, windows, batch_id, copies, kept)
     batch_keys = _kept(transforms.batch_keys(messages), kept)
     keys_side = batch_keys
     if parent.counted is not None or parent.left is not None:
@@ -439,14 +438,16 @@ def _queues(spark: SparkSession, decisions: DataFrame, apama: list[str], resting
 
 
 def _verdicts(spark: SparkSession, units: DataFrame, kernel_entries: DataFrame | None, copies: DataFrame,
-              windows: dict, batch_id: str, kept: list[DataFrame]
+              windows: dict, batch_id: str, kept: list[DataFrame], stream_rows: int | None = None
               ) -> tuple[DataFrame, DataFrame, pa.Table | None]:
     """Every valid message's verdict (kept), the kernel's output, and its stream where the driver
     holds it (else None): the contested ``units`` through the kernel with the parent's
     ``kernel_entries``, on the driver when they are few (planning.kernel_on_driver), else in one
-    Spark task; the others by ``transforms.verdicts``."""
+    Spark task; the others by ``transforms.verdicts``. ``stream_rows``: the stream's rows, where
+    the caller knows them (else counted, which computes kept units)."""
     stream = transforms.decision_stream(units, kernel_entries)
-    stream_rows = stream.count()  # computes (and keeps) the units
+    if stream_rows is None:
+        stream_rows = stream.count()
     held = None
     if kernel_on_driver(spark, stream_rows):
         held = transforms.in_unit_order_on_driver(stream.toArrow())
@@ -467,6 +468,7 @@ class _Ranked:
 
     ranks: pa.Table   # unit_ranks.RANKS_SCHEMA
     contested: int    # messages in contested units
+    stream_rows: int | None  # rows of the kernel's stream, where the driver knows them (no Apama cache)
     counted: DataFrame | None  # its count and time entries
     left: DataFrame | None     # its record of keys that left their window (§9)
     queued: DataFrame | None   # its Apama entries the kernel needs: named, or not resting
@@ -482,13 +484,18 @@ def _ranks(spark: SparkSession, rows: pa.Table, parent: _Parent, windows: dict, 
     kernel, and a key that left its window is accepted there. Apama caches' quiet senders are
     found by unit_ranks.quiet_senders, from the parent's entries in their queues (a job)."""
     apama = cache_windows.of_policy(windows, APAMA)
-    batch_hashes = rows["key_hash"].drop_null().unique()
-    known = _broadcast_if_small(values_frame(spark, batch_hashes.to_numpy(), "key_hash"), len(batch_hashes),
-                                KEY_HASH_BYTES)
+    known = None  # the batch's key hashes, shipped to Spark only to meet a parent's entries
+    if any(entries is not None for entries in (parent.counted, parent.left, parent.apama)):
+        batch_hashes = rows["key_hash"].drop_null().unique()
+        known = _broadcast_if_small(values_frame(spark, batch_hashes.to_numpy(), "key_hash"), len(batch_hashes),
+                                    KEY_HASH_BYTES)
     counted, left = (None if entries is None else _kept(
         entries.join(known, unit_ranks.key_hash() == known["key_hash"], "left_semi"), kept)
         for entries in (parent.counted, parent.left))
-    met = [hit.select(unit_ranks.key_hash()) for hit in (counted, left) if hit is not None]
+    met = [hit.select(unit_ranks.key_hash()).toArrow().column(0) for hit in (counted, left) if hit is not None]
+    # the kernel's stream: the contested messages and the entries met (Apama's passive messages
+    # and queues would need a count)
+    entries_met = 0 if counted is None else len(met[0])
     quiet = queued = resting = None
     if apama:
         hashes = _cache_hashes(spark, apama)
@@ -498,13 +505,15 @@ def _ranks(spark: SparkSession, rows: pa.Table, parent: _Parent, windows: dict, 
             quiet_frame = _broadcast_if_small(values_frame(spark, quiet_hashes, unit_ranks.SENDER),
                                               len(quiet_hashes), KEY_HASH_BYTES)
             named = _kept(unit_ranks.named_entries(parent.apama, known, quiet_frame), kept)
-            met.append(named.filter("named").select(unit_ranks.key_hash()))
+            met.append(named.filter("named").select(unit_ranks.key_hash()).toArrow().column(0))
             queued = named.filter(~F.col("resting")).select(*transforms.SNAPSHOT_COLUMNS)
             resting = named.filter("resting").select(*transforms.SNAPSHOT_COLUMNS)
-    met_hashes = np.unique(np.concatenate([np.empty(0, np.int64),
-                                           *(hit.toArrow().column(0).to_numpy() for hit in met)]))
+    met_hashes = np.unique(np.concatenate([np.empty(0, np.int64), *(hit.to_numpy() for hit in met)]))
     found = unit_ranks.rank(rows, met_hashes, quiet)
-    return None if found is None else _Ranked(*found, counted, left, queued, resting)
+    if found is None:
+        return None
+    ranks, contested = found
+    return _Ranked(ranks, contested, None if apama else contested + entries_met, counted, left, queued, resting)
 
 
 def _held(spark: SparkSession, parent: _Parent) -> pa.Table:
@@ -514,16 +523,18 @@ def _held(spark: SparkSession, parent: _Parent) -> pa.Table:
     return unit_ranks.held(parent.apama).toArrow()
 
 
-def _decide_ranked(spark: SparkSession, positioned: DataFrame, ranked: _Ranked, windows: dict, batch_id: str,
+def _decide_ranked(spark: SparkSession, messages: DataFrame, ranked: _Ranked, windows: dict, batch_id: str,
                    copies: DataFrame, kept: list[DataFrame]) -> _Decided:
-    """``_decide_in_spark`` for a batch whose units the driver ranked (``_ranks``):
-    ``positioned`` (transforms.position_units of its messages, kept); ``copies``: its repeated
-    message ids (transforms.copies)."""
+    """``_decide_in_spark`` for a batch whose units the driver placed and ranked (``_ranks``):
+    ``messages`` (transforms.messages, from kept rows); ``copies``: its repeated message ids
+    (transforms.copies)."""
     apama = cache_windows.of_policy(windows, APAMA)
-    units = _kept(unit_ranks.units(positioned, spark.createDataFrame(ranked.ranks, unit_ranks.RANKS_SPARK_SCHEMA),
+    # kept, computed by the first pass that reads them (the kernel's stream)
+    units = _kept(unit_ranks.units(messages, spark.createDataFrame(ranked.ranks, unit_ranks.RANKS_SPARK_SCHEMA),
                                    apama), kept)
     kernel_entries = None if ranked.counted is None else _union(ranked.counted, ranked.queued)
-    verdicts, decisions, stream = _verdicts(spark, units, kernel_entries, copies, windows, batch_id, kept)
+    verdicts, decisions, stream = _verdicts(spark, units, kernel_entries, copies, windows, batch_id, kept,
+                                            ranked.stream_rows)
     tally = _Tally(transforms.verdict_counts(verdicts).collect())
     # What the audit reads of the deciding (only with the audit on; what it reads twice is kept,
     # computed once, by its first pass), exact: every message of a key that repeats, or that the

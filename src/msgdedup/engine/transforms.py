@@ -215,12 +215,6 @@ def assign_units(messages: DataFrame) -> DataFrame:
                        {"contested": F.col("repeated")}).drop("repeated")
 
 
-def position_units(messages: DataFrame) -> DataFrame:
-    """Add ``unit_us`` and ``unit_row``, as ``assign_units`` does, to messages not yet marked
-    (unit_ranks.py marks the contested units on the driver)."""
-    return _positioned(messages, lambda by_txn: {}, {})
-
-
 def _positioned(messages: DataFrame, per_txn: Callable[[WindowSpec], dict[str, Column]],
                 per_single: dict[str, Column]) -> DataFrame:
     """``messages`` with their unit's place and the columns ``per_txn`` computes over each

@@ -1,15 +1,17 @@
-"""The units of a batch decided in Spark, contested or not and ranked in their caches, on the driver.
+"""The units of a batch decided in Spark, placed, contested or not and ranked in their caches, on the driver.
 
-transforms.py's plan finds the keys that repeat (in the batch, or in the parent's snapshot) by an
-aggregation of every key, marks the units holding one as contested, and ranks every keyed message
-in its cache by a window in unit order (``transforms.rank_in_caches``): two shuffles, one of them a
-sort of every keyed message, about a third of a 1M batch's decide step (docs/benchmarks.md). None
+transforms.py's plan places each transaction at its last message by a window over the
+transactions' messages, finds the keys that repeat (in the batch, or in the parent's snapshot) by
+an aggregation of every key, marks the units holding one as contested, and ranks every keyed
+message in its cache by a window in unit order (``transforms.rank_in_caches``): three shuffles, one
+of them a sort of every keyed message, about half of a 1M batch's decide step (docs/benchmarks.md). None
 of it needs the keys themselves, only a few numbers per message: its key's 64-bit hash, its cache's
-32-bit hash, its instant, its unit (``transforms.position_units``) and its row_id. The pass that
-computes the key columns collects them (``COLLECTED``), numpy finds the repeated hashes and sorts
-the messages in unit order, and the ranks go back to Spark as arrays indexed by line, as the
-delivered verdicts do (line_lookup.py): every message finds its rank by its line number, without a
-shuffle (``units``).
+32-bit hash, its instant, its row_id and its transaction's id. The pass that computes the key
+columns collects them (``COLLECTED``); numpy places each message's unit (its transaction's commit
+point, ``positions``: the window of ``transforms.assign_units``, a shuffle), finds the repeated
+hashes and sorts the messages in unit order, and the units and ranks go back to Spark as arrays
+indexed by line, as the delivered verdicts do (line_lookup.py): every message finds its own by
+its line number, without a shuffle (``units``).
 
 A hash only chooses which units are contested, never a verdict. A key whose hash occurs once in the
 batch and not among the parent's entries' occurs once and is not in the snapshot, so its unit is
@@ -42,15 +44,18 @@ from msgdedup.engine.parsing import LINE_BITS, LINE_MASK
 from msgdedup.repeats import repeated_values
 
 # What the driver collects of every valid message (``columns``).
-COLLECTED = ["row_id", "id_hash", "key_hash", "cache_hash", "received_us", "unit_us", "unit_row"]
+COLLECTED = ["row_id", "id_hash", "key_hash", "cache_hash", "received_us", "txn_id"]
 # ... and of a message to an Apama cache (null for the others), where the batch has such caches.
 SENDER = "sender_hash"
-# One row per input file: at position ``line_number - 1``, its message's unit is ``contested``, its
-# sender ``quiet`` (transforms.quiet_senders: false but for Apama caches) and, for a message with a
-# key, its ``free_rank`` and ``contested_rank`` (transforms.rank_in_caches); null for a line
-# without a valid message.
+# One row per input file: at position ``line_number - 1``, its message's unit (``unit_us``,
+# ``unit_row``: transforms.assign_units), which is ``contested``, its sender ``quiet``
+# (transforms.quiet_senders: false but for Apama caches) and, for a message with a key, its
+# ``free_rank`` and ``contested_rank`` (transforms.rank_in_caches); null for a line without a
+# valid message.
 RANKS_SCHEMA = pa.schema([
     ("file_index", pa.int64()),
+    ("unit_us", pa.list_(pa.int64())),
+    ("unit_row", pa.list_(pa.int64())),
     ("contested", pa.list_(pa.bool_())),
     ("quiet", pa.list_(pa.bool_())),
     ("free_rank", pa.list_(pa.int32())),
@@ -85,10 +90,10 @@ def sender_hash() -> Column:
 
 
 def columns(sequential: list[str]) -> list[Column]:
-    """``COLLECTED`` of ``transforms.position_units``' rows, and ``SENDER`` where the batch has
+    """``COLLECTED`` of messages (transforms.KEY_COLUMNS), and ``SENDER`` where the batch has
     ``sequential`` (Apama) caches."""
     collected = [F.col("row_id"), transforms.id_hash().alias("id_hash"), key_hash().alias("key_hash"),
-                 cache_hash().alias("cache_hash"), F.col("received_us"), F.col("unit_us"), F.col("unit_row")]
+                 cache_hash().alias("cache_hash"), F.col("received_us"), F.col("txn_id")]
     if sequential:
         collected.append(F.when(F.col("cache").isin(sequential), sender_hash()).alias(SENDER))
     return collected
@@ -129,6 +134,25 @@ def quiet_senders(rows: pa.Table, windows: dict[int, int], held: pa.Table) -> tu
     return quiet, distinct[fits]
 
 
+def positions(rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """Each of ``rows``' (``COLLECTED``) unit, as transforms.assign_units places it: ``unit_us``
+    and ``unit_row``, a message's own instant and row_id, or its transaction's commit point's (the
+    latest instant of its messages, the latest row_id among those). Transactions are told apart by
+    their ids themselves (a dictionary of them), not by a hash: a unit decides outcomes."""
+    received, row_id = rows["received_us"].to_numpy(), rows["row_id"].to_numpy()
+    unit_us, unit_row = received.copy(), row_id.copy()
+    in_txn = rows["txn_id"].is_valid().to_numpy(zero_copy_only=False)
+    if in_txn.any():
+        members = np.flatnonzero(in_txn)
+        txn = pc.dictionary_encode(rows["txn_id"].filter(in_txn).combine_chunks()).indices.to_numpy()
+        # by transaction, then instant, then row_id: the last of each transaction is its commit point
+        order = np.lexsort((row_id[members], received[members], txn))
+        last = order[np.r_[txn[order][1:] != txn[order][:-1], True]]  # one per transaction, by its code
+        commit = members[last]
+        unit_us[members], unit_row[members] = received[commit][txn], row_id[commit][txn]
+    return unit_us, unit_row
+
+
 def rank(rows: pa.Table, met_hashes: np.ndarray, quiet: np.ndarray | None = None) -> tuple[pa.Table, int] | None:
     """The ranks of ``rows`` (``COLLECTED``: every valid message of the batch, no message id
     repeated) as RANKS_SCHEMA, and how many messages are in contested units; None where they do
@@ -141,11 +165,12 @@ def rank(rows: pa.Table, met_hashes: np.ndarray, quiet: np.ndarray | None = None
     repeated = np.union1d(repeated_values(rows["key_hash"]), met_hashes)
     # a unit is contested when one of its messages' keys repeats; a unit is its commit point's row
     hit = keyed & np.isin(key, repeated)
-    _, unit = np.unique(rows["unit_row"].to_numpy(), return_inverse=True)
+    unit_us, unit_row = positions(rows)
+    _, unit = np.unique(unit_row, return_inverse=True)
     contested = (np.bincount(unit, weights=hit) > 0)[unit]
     # ranks in unit order within each cache: count_if over rows up to the current one
     cache = pc.fill_null(rows["cache_hash"], 0).to_numpy()
-    order_keys = [rows[c].to_numpy() for c in ("row_id", "received_us", "unit_row", "unit_us")]
+    order_keys = [rows["row_id"].to_numpy(), rows["received_us"].to_numpy(), unit_row, unit_us]
     order = np.flatnonzero(keyed)[np.lexsort([k[keyed] for k in order_keys] + [cache[keyed]])]
     free_rank, contested_rank = np.zeros(len(rows), np.int64), np.zeros(len(rows), np.int64)
     if len(order):
@@ -156,8 +181,8 @@ def rank(rows: pa.Table, met_hashes: np.ndarray, quiet: np.ndarray | None = None
             before = running - counted  # counted before each message
             out[order] = running - np.maximum.accumulate(np.where(first, before, 0))
     quiet = np.zeros(len(rows), bool) if quiet is None else quiet
-    ranks = _by_line(row_id, {"contested": contested, "quiet": quiet, "free_rank": free_rank,
-                              "contested_rank": contested_rank}, keyed)
+    ranks = _by_line(row_id, {"unit_us": unit_us, "unit_row": unit_row, "contested": contested, "quiet": quiet,
+                              "free_rank": free_rank, "contested_rank": contested_rank}, keyed)
     return None if ranks is None else (ranks, int(contested.sum()))
 
 
@@ -212,18 +237,19 @@ def named_entries(parent_apama: DataFrame, batch_hashes: DataFrame, quiet_hashes
             .drop("_named", "_quiet"))
 
 
-def units(positioned: DataFrame, ranks: DataFrame, sequential: list[str]) -> DataFrame:
+def units(messages: DataFrame, ranks: DataFrame, sequential: list[str]) -> DataFrame:
     """``transforms.rank_in_caches(transforms.assign_units(transforms.mark_repeated(...)))``'s
-    rows: ``positioned`` (``transforms.position_units``) with ``contested``, ``quiet``,
-    ``free_rank`` and ``contested_rank`` found by line in ``ranks`` (``rank``, few rows:
-    broadcast), and ``sequential``: its cache is one of ``sequential`` (Apama caches)."""
+    rows: ``messages`` (transforms.KEY_COLUMNS) with ``unit_us``, ``unit_row``, ``contested``,
+    ``quiet``, ``free_rank`` and ``contested_rank`` found by line in ``ranks`` (``rank``, few
+    rows: broadcast), and ``sequential``: its cache is one of ``sequential`` (Apama caches)."""
     line = F.col("row_id").bitwiseAND(LINE_MASK).cast("int")
     at = lambda column: F.try_element_at(F.col(column), line)  # noqa: E731
     in_sequential = F.coalesce(F.col("cache").isin(sequential), F.lit(False)) if sequential else F.lit(False)
-    return (positioned
+    return (messages
             .join(F.broadcast(ranks.withColumnRenamed("file_index", "_file_index")),
                   F.shiftright("row_id", LINE_BITS) == F.col("_file_index"))
-            .select(*positioned.columns, in_sequential.alias("sequential"),
+            .select(*messages.columns, at("unit_us").alias("unit_us"), at("unit_row").alias("unit_row"),
+                    in_sequential.alias("sequential"),
                     (in_sequential & at("quiet")).alias("quiet"),
                     at("contested").alias("contested"), at("free_rank").cast("long").alias("free_rank"),
                     at("contested_rank").cast("long").alias("contested_rank")))
