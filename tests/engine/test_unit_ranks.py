@@ -1,5 +1,6 @@
-"""unit_ranks.py on tiny frames: the driver marks and ranks the units as transforms.py's aggregation
-and window do, across files and with gaps in the lines, and finds Apama caches' quiet senders and
+"""unit_ranks.py on tiny frames: the driver places, marks and ranks the units as transforms.py's
+windows and aggregation do, across files, with gaps in the lines and a transaction whose last two
+messages share an instant, and finds Apama caches' quiet senders and
 resting entries as its aggregation and joins do; a key hash shared by two keys (which a generated
 stream never reaches) only makes more units contested. The engine-vs-model property
 tests run it on whole batches ("small", "by line")."""
@@ -60,7 +61,7 @@ def _hashes(spark, keys: list[tuple]) -> np.ndarray:
     return np.array([r[0] for r in frame.select(unit_ranks.key_hash()).collect()], np.int64)
 
 
-def test_the_driver_marks_and_ranks_units_as_the_aggregation_and_the_window_do(spark):
+def test_the_driver_places_marks_and_ranks_units_as_the_windows_and_the_aggregation_do(spark):
     messages = spark.createDataFrame(ROWS, MESSAGES)
     parent = [("d", "k4"), ("d", "gone")]
     met = _hashes(spark, [("d", "k4")])  # the parent's entry the batch's keys meet (batch._ranks finds it)

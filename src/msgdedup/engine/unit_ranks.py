@@ -4,7 +4,7 @@ transforms.py's plan places each transaction at its last message by a window ove
 transactions' messages, finds the keys that repeat (in the batch, or in the parent's snapshot) by
 an aggregation of every key, marks the units holding one as contested, and ranks every keyed
 message in its cache by a window in unit order (``transforms.rank_in_caches``): three shuffles, one
-of them a sort of every keyed message, about half of a 1M batch's decide step (docs/benchmarks.md). None
+of them a sort of every keyed message (their cost at 1M is in docs/benchmarks.md). None
 of it needs the keys themselves, only a few numbers per message: its key's 64-bit hash, its cache's
 32-bit hash, its instant, its row_id and its transaction's id. The pass that computes the key
 columns collects them (``COLLECTED``); numpy places each message's unit (its transaction's commit
