@@ -1,9 +1,9 @@
 """unit_ranks.py on tiny frames: the driver places, marks and ranks the units as transforms.py's
 windows and aggregation do, across files, with gaps in the lines and a transaction whose last two
-messages share an instant, and finds Apama caches' quiet senders and
-resting entries as its aggregation and joins do; a key hash shared by two keys (which a generated
-stream never reaches) only makes more units contested. The engine-vs-model property
-tests run it on whole batches ("small", "by line")."""
+messages share an instant, and finds Apama caches' quiet senders and resting entries as its
+aggregation and joins do; a key hash shared by two keys (which a generated stream never reaches)
+only makes more units contested. The engine-vs-model property tests run it on whole batches
+("small", "by line")."""
 
 import numpy as np
 import pyarrow as pa
