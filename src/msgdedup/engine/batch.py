@@ -492,10 +492,9 @@ def _ranks(spark: SparkSession, rows: pa.Table, parent: _Parent, windows: dict, 
     counted, left = (None if entries is None else _kept(
         entries.join(known, unit_ranks.key_hash() == known["key_hash"], "left_semi"), kept)
         for entries in (parent.counted, parent.left))
-    met = [hit.select(unit_ranks.key_hash()).toArrow().column(0) for hit in (counted, left) if hit is not None]
-    # the kernel's stream: the contested messages and the entries met (Apama's passive messages
-    # and queues would need a count)
-    entries_met = 0 if counted is None else len(met[0])
+    counted_met, left_met = (None if hit is None else hit.select(unit_ranks.key_hash()).toArrow().column(0)
+                             for hit in (counted, left))
+    met = [hashes for hashes in (counted_met, left_met) if hashes is not None]
     quiet = queued = resting = None
     if apama:
         hashes = _cache_hashes(spark, apama)
@@ -513,7 +512,10 @@ def _ranks(spark: SparkSession, rows: pa.Table, parent: _Parent, windows: dict, 
     if found is None:
         return None
     ranks, contested = found
-    return _Ranked(ranks, contested, None if apama else contested + entries_met, counted, left, queued, resting)
+    # the kernel's stream: the contested messages and the entries met (Apama's passive messages
+    # and queue entries would need a count)
+    stream_rows = None if apama else contested + (0 if counted_met is None else len(counted_met))
+    return _Ranked(ranks, contested, stream_rows, counted, left, queued, resting)
 
 
 def _held(spark: SparkSession, parent: _Parent) -> pa.Table:
