@@ -19,12 +19,11 @@ file's path, so ordering by row_id is ordering by (file path, line number): the 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.window import Window, WindowSpec
+from pyspark.sql.window import Window
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from msgdedup.config import TIME
@@ -211,26 +210,19 @@ def assign_units(messages: DataFrame) -> DataFrame:
     waited for the aggregation's result to be broadcast (docs/benchmarks.md). The single messages
     stay out of it: they all share the null txn_id, one skewed partition.
     """
-    return _positioned(messages, lambda by_txn: {"contested": F.max("repeated").over(by_txn)},
-                       {"contested": F.col("repeated")}).drop("repeated")
-
-
-def _positioned(messages: DataFrame, per_txn: Callable[[WindowSpec], dict[str, Column]],
-                per_single: dict[str, Column]) -> DataFrame:
-    """``messages`` with their unit's place and the columns ``per_txn`` computes over each
-    transaction's messages (``per_single``: of a message alone)."""
     by_txn = Window.partitionBy("txn_id")
     commit_point = F.max(F.struct("received_us", "row_id")).over(by_txn)
     singles = (messages.filter(F.col("txn_id").isNull())
-               .withColumns({"unit_us": F.col("received_us"), "unit_row": F.col("row_id"), **per_single}))
+               .withColumns({"unit_us": F.col("received_us"), "unit_row": F.col("row_id"),
+                             "contested": F.col("repeated")}))
     transactions = (
         messages.filter(F.col("txn_id").isNotNull())
         .withColumn("_commit_point", commit_point)
         .withColumns({"unit_us": F.col("_commit_point.received_us"), "unit_row": F.col("_commit_point.row_id"),
-                      **per_txn(by_txn)})
+                      "contested": F.max("repeated").over(by_txn)})
         .drop("_commit_point")
     )
-    return singles.unionByName(transactions)
+    return singles.unionByName(transactions).drop("repeated")
 
 
 # Unit order, and message order inside a transaction: the order of spec §4.
