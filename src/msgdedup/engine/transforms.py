@@ -19,7 +19,6 @@ file's path, so ordering by row_id is ordering by (file path, line number): the 
 
 from __future__ import annotations
 
-
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F

@@ -8,7 +8,7 @@ of them a sort of every keyed message (their cost at 1M is in docs/benchmarks.md
 of it needs the keys themselves, only a few numbers per message: its key's 64-bit hash, its cache's
 32-bit hash, its instant, its row_id and its transaction's id. The pass that computes the key
 columns collects them (``COLLECTED``); numpy places each message's unit (its transaction's commit
-point, ``positions``: the window of ``transforms.assign_units``, a shuffle), finds the repeated
+point, ``positions``, where transforms.assign_units runs a window), finds the repeated
 hashes and sorts the messages in unit order, and the units and ranks go back to Spark as arrays
 indexed by line, as the delivered verdicts do (line_lookup.py): every message finds its own by
 its line number, without a shuffle (``units``).
