@@ -14,7 +14,8 @@ from msgdedup.engine.parsing import LINE_BITS
 from msgdedup.local_frames import local_frame
 from msgdedup.repeats import values_frame
 
-MESSAGES = "row_id long, message_id string, received_us long, txn_id string, cache string, dedup_key string"
+MESSAGES = "row_id long, message_id string, received_us long, txn_id string, cache string, dedup_key string, " \
+           "address string"
 RANKED = ["unit_us", "unit_row", "contested", "free_rank", "contested_rank"]
 
 
@@ -24,19 +25,19 @@ def _row(file_index: int, line: int) -> int:
 
 # Two files, lines missing in each (invalid lines); transactions across files and caches.
 ROWS = [
-    (_row(0, 1), "m1", 10, None, "c", "k1"),   # k1 again at row (1, 2): both contested
-    (_row(0, 2), "m2", 20, "t", "c", "k2"),    # transaction t: its last message is (1, 4), at 40 us
-    (_row(0, 4), "m3", 30, None, "c", "k3"),
-    (_row(0, 5), "m4", 5, None, "d", "k4"),    # the parent holds k4 in d
-    (_row(1, 2), "m5", 15, None, "c", "k1"),
-    (_row(1, 3), "m6", 25, "t", "d", "k5"),
-    (_row(1, 4), "m7", 40, "t", None, None),   # t's message without a key
-    (_row(1, 7), "m8", 35, "u", "d", "k6"),    # transaction u, alone
-    (_row(1, 8), "m9", 50, None, None, None),  # a single message without a key
-    (_row(1, 9), "m10", 45, None, "d", "k5"),  # k5 again: t is contested
-    (_row(0, 6), "m11", 60, "v", "c", "k7"),   # transaction v: two messages at one instant, so
-    (_row(1, 10), "m12", 60, "v", "c", "k8"),  # its commit point is the later row, (1, 10)
-    (_row(1, 11), "m13", 55, "v", "d", "k9"),
+    (_row(0, 1), "m1", 10, None, "c", "k1", "a"),   # k1 again at row (1, 2): both contested
+    (_row(0, 2), "m2", 20, "t", "c", "k2", "a"),    # transaction t: its last message is (1, 4), at 40 us
+    (_row(0, 4), "m3", 30, None, "c", "k3", "a"),
+    (_row(0, 5), "m4", 5, None, "d", "k4", "a"),    # the parent holds k4 in d
+    (_row(1, 2), "m5", 15, None, "c", "k1", "a"),
+    (_row(1, 3), "m6", 25, "t", "d", "k5", "a"),
+    (_row(1, 4), "m7", 40, "t", None, None, "a"),   # t's message without a key
+    (_row(1, 7), "m8", 35, "u", "d", "k6", "a"),    # transaction u, alone
+    (_row(1, 8), "m9", 50, None, None, None, "a"),  # a single message without a key
+    (_row(1, 9), "m10", 45, None, "d", "k5", "a"),  # k5 again: t is contested
+    (_row(0, 6), "m11", 60, "v", "c", "k7", "a"),   # transaction v: two messages at one instant, so
+    (_row(1, 10), "m12", 60, "v", "c", "k8", "a"),  # its commit point is the later row, (1, 10)
+    (_row(1, 11), "m13", 55, "v", "d", "k9", "a"),
 ]
 
 
@@ -49,10 +50,10 @@ def _by_spark(spark, messages, parent_keys):
 
 
 def _by_driver(spark, messages, met_hashes):
-    ranks, contested = unit_ranks.rank(messages.select(*unit_ranks.columns([])).toArrow(), met_hashes)
-    units = unit_ranks.units(messages, spark.createDataFrame(ranks, unit_ranks.RANKS_SPARK_SCHEMA), [])
+    ranks = unit_ranks.rank(messages.select(*unit_ranks.columns([])).toArrow(), met_hashes)
+    units = unit_ranks.units(messages, spark.createDataFrame(ranks.by_line, unit_ranks.RANKS_SPARK_SCHEMA), [])
     got = {r["row_id"]: tuple(r[c] for c in RANKED) for r in units.collect()}
-    assert contested == sum(r[2] for r in got.values())
+    assert ranks.contested == sum(r[2] for r in got.values())
     return got
 
 
@@ -98,13 +99,13 @@ def test_ranks_that_do_not_fit_spark_arrays_are_refused(spark, monkeypatch):
 # entry of the parent's), c/p2 and c's null sender quiet, d/p1 quiet (3 messages), d/p3 quiet
 # with entries only (one named by the batch), d/p4 loud (4 entries: its window shrank).
 SENT = "row_id long, message_id string, received_us long, txn_id string, cache string, dedup_key string, " \
-       "source_id string"
+       "source_id string, address string"
 SENT_ROWS = [
-    (_row(0, 1), "s1", 1, None, "c", "a1", "p1"), (_row(0, 2), "s2", 2, None, "c", "a2", "p1"),
-    (_row(0, 3), "s3", 3, "t", "c", "a3", "p2"), (_row(0, 4), "s4", 4, "t", "d", "b1", "p1"),
-    (_row(0, 5), "s5", 5, None, "c", "a4", None), (_row(0, 6), "s6", 6, None, "c", "a5", None),
-    (_row(1, 1), "s7", 7, None, "d", "b2", "p1"), (_row(1, 2), "s8", 8, None, "d", "b3", "p1"),
-    (_row(1, 3), "s9", 9, None, "e", "x", "p1"), (_row(1, 5), "s10", 10, None, None, None, "p2"),
+    (_row(0, 1), "s1", 1, None, "c", "a1", "p1", "a"), (_row(0, 2), "s2", 2, None, "c", "a2", "p1", "a"),
+    (_row(0, 3), "s3", 3, "t", "c", "a3", "p2", "a"), (_row(0, 4), "s4", 4, "t", "d", "b1", "p1", "a"),
+    (_row(0, 5), "s5", 5, None, "c", "a4", None, "a"), (_row(0, 6), "s6", 6, None, "c", "a5", None, "a"),
+    (_row(1, 1), "s7", 7, None, "d", "b2", "p1", "a"), (_row(1, 2), "s8", 8, None, "d", "b3", "p1", "a"),
+    (_row(1, 3), "s9", 9, None, "e", "x", "p1", "a"), (_row(1, 5), "s10", 10, None, None, None, "p2", "a"),
 ]
 ENTRIES = [("c", "old1", "p1", kernel.SENDER_QUEUE), ("c", "old2", "p9", kernel.SHARED_QUEUE),
            ("d", "r1", "p3", kernel.SENDER_QUEUE), ("d", "b3", "p3", kernel.SENDER_QUEUE)] + \
@@ -130,8 +131,9 @@ def test_the_driver_finds_quiet_senders_and_resting_entries_as_spark_does(spark)
     got, quiet_hashes = unit_ranks.quiet_senders(rows, {hashes[c]: w for c, w in WINDOWS.items()},
                                                  unit_ranks.held(parent).toArrow())
     assert dict(zip(rows["row_id"].to_pylist(), got.tolist(), strict=True)) == expected
-    ranks, _ = unit_ranks.rank(rows, np.empty(0, np.int64), got)
-    units = unit_ranks.units(messages, spark.createDataFrame(ranks, unit_ranks.RANKS_SPARK_SCHEMA), list(WINDOWS))
+    ranks = unit_ranks.rank(rows, np.empty(0, np.int64), got)
+    units = unit_ranks.units(messages, spark.createDataFrame(ranks.by_line, unit_ranks.RANKS_SPARK_SCHEMA),
+                             list(WINDOWS))
     assert {r["row_id"]: r["quiet"] for r in units.collect()} == expected
     assert {r["row_id"] for r in units.filter("sequential").collect()} == {r[0] for r in SENT_ROWS if r[4] in WINDOWS}
 

@@ -22,14 +22,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
 from msgdedup import __version__, driver_memory, exit_codes
 from msgdedup.config import APAMA, TIME, AddressSettings, ConfigError, load_settings
-from msgdedup.engine import audit, driver_decide, kernel, line_lookup, manifest as manifests, parsing, \
-    transforms, unit_ranks, windows as cache_windows
+from msgdedup.engine import audit, driver_decide, driver_verdicts, kernel, line_lookup, manifest as manifests, \
+    parsing, transforms, unit_ranks, windows as cache_windows
 from msgdedup.engine.filesystem import HadoopFS
 from msgdedup.engine.planning import (
     BROADCAST_ROW_BYTES, KEY_HASH_BYTES, OUTPUT_VERDICT_BYTES, application_settings, broadcast_rows,
@@ -211,7 +211,8 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
         if on_driver else None)
     source_files = [f.path for f in files]
     decided = (_decide_on_driver(spark, keys, parent, windows, txn.batch_id, source_files, kept) if on_driver
-               else _decide_in_spark(spark, keys, parent, windows, txn.batch_id, source_files, kept, input_lines))
+               else _decide_in_spark(spark, keys, parent, windows, txn.batch_id, source_files, kept, input_lines,
+                                     addresses))
     tally = decided.tally
     caches = manifests.cache_counters(windows, tally.accepted_per_cache(),
                                       tally.clocks(windows, decided.apama_clocks))
@@ -243,16 +244,20 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     messages = valid if keys_in_verdicts else with_keys
 
     def verdicts_of(outcome: str) -> DataFrame:
-        return _broadcast_if_small(transforms.verdicts_for(verdicts, outcome, keys=keys_in_verdicts), tally.of(outcome),
-                                   BROADCAST_ROW_BYTES if keys_in_verdicts else OUTPUT_VERDICT_BYTES,
-                                   otherwise="shuffle_hash")
+        of = (transforms.verdicts_for(verdicts, outcome, keys=keys_in_verdicts)
+              if decided.driver is None or outcome != kernel.DROPPED  # else the kernel's, few
+              else spark.createDataFrame(decided.driver.dropped, driver_verdicts.DROPPED_SPARK_SCHEMA))
+        return _broadcast_if_small(of, tally.of(outcome), BROADCAST_ROW_BYTES if keys_in_verdicts
+                                   else OUTPUT_VERDICT_BYTES, otherwise="shuffle_hash")
 
     # A batch decided in Spark gives its messages their delivered verdicts by line number, where
     # the arrays fit the driver (line_lookup.py); else they are joined, broadcast when they fit.
     instants = any(w.timed for w in windows.values())
     starts = _starts(spark, windows)
-    lookup = (_lookup(spark, verdicts, starts, instants)
-              if not keys_in_verdicts and looks_up_by_line(spark, input_lines, instants) else None)
+    lookup = None
+    if not keys_in_verdicts and looks_up_by_line(spark, input_lines, instants):
+        lookup = (_lookup(spark, verdicts, starts, instants) if decided.driver is None
+                  else _lookup_frame(spark, decided.driver.lookup))
     entries = _union(transforms.acceptances(verdicts, txn.batch_id), parent.counted)
     staged = {
         "delivered": transforms.delivered(messages, verdicts_of(kernel.DELIVERED)) if lookup is None
@@ -350,10 +355,12 @@ class _Decided:
     apama_clocks: dict
     tally: _Tally
     on_driver: driver_decide.Decision | None = None  # the driver's plan: its tables
+    driver: driver_verdicts.Verdicts | None = None  # a batch ranked on the driver whose kernel ran there
 
 
 def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, windows: dict, batch_id: str,
-                     source_files: list[str], kept: list[DataFrame], input_lines: int) -> _Decided:
+                     source_files: list[str], kept: list[DataFrame], input_lines: int, addresses: set[str]
+                     ) -> _Decided:
     """transforms.py's plan: uncontested units by joins and windows, in parallel; contested ones
     through the kernel, on the driver when they are few (planning.kernel_on_driver), else in one
     Spark task. Where the units are, which are contested, their ranks in their caches and the
@@ -366,7 +373,8 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
     keys = _kept(keys, kept)
     # the units placed and ranked on the driver (unit_ranks.py), where they fit: the pass that
     # computes the key columns collects what that needs, the ids' hashes with it
-    ranked = ranks_on_driver(spark, input_lines, bool(apama)) and _caches_told_apart(spark, windows)
+    caches = _names_by_hash(spark, list(windows), unit_ranks.cache_hash(), "cache")
+    ranked = ranks_on_driver(spark, input_lines, bool(apama)) and caches is not None
     if ranked:
         rows = keys.select(*unit_ranks.columns(apama)).toArrow()
         repeated = repeated_values(rows["id_hash"])
@@ -386,13 +394,19 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
     copies = (transforms.copies(flagged) if copied
               else local_frame(spark, [], from_arrow_schema(driver_decide.COPY_SCHEMA)))
     if ranked:
+        copy_rows = 0
         if copied:  # a copy is no message (it may have closed a transaction): placed again without them
+            copy_rows = len(rows)
             rows = messages.select(*unit_ranks.columns(apama)).toArrow()
-        found = _ranks(spark, rows, parent, windows, kept)
+            copy_rows -= len(rows)
+        found = _ranks(spark, rows, parent, windows, caches, kept)
         del rows  # 40 bytes a message and more (planning.RANK_ROW_BYTES): not held while the outputs are written
         driver_memory.release()
         if found is not None:
-            return _decide_ranked(spark, messages, found, windows, batch_id, copies, kept)
+            by_line = looks_up_by_line(spark, input_lines, any(w.timed for w in windows.values()))
+            return _decide_ranked(spark, messages, found, windows, batch_id, copies, kept, copy_rows,
+                                  _names_by_hash(spark, sorted(addresses), unit_ranks.address_hash(), "address"),
+                                  by_line)
     batch_keys = _kept(transforms.batch_keys(messages), kept)
     keys_side = batch_keys
     if parent.counted is not None or parent.left is not None:
@@ -437,11 +451,20 @@ def _queues(spark: SparkSession, decisions: DataFrame, apama: list[str], resting
     return (entries if resting is None else _union(entries, resting)), clocks
 
 
+@dataclass(frozen=True)
+class _KernelOnDriver:
+    """The kernel's stream (transforms.decision_stream, in unit order) and its output
+    (kernel.OUTPUT_SCHEMA), where it ran on the driver."""
+
+    stream: pa.Table
+    decisions: pa.Table
+
+
 def _verdicts(spark: SparkSession, units: DataFrame, kernel_entries: DataFrame | None, copies: DataFrame,
               windows: dict, batch_id: str, kept: list[DataFrame], stream_rows: int | None = None
-              ) -> tuple[DataFrame, DataFrame, pa.Table | None]:
-    """Every valid message's verdict (kept), the kernel's output, and its stream where the driver
-    holds it (else None): the contested ``units`` through the kernel with the parent's
+              ) -> tuple[DataFrame, DataFrame, _KernelOnDriver | None]:
+    """Every valid message's verdict (kept), the kernel's output, and its stream and output where
+    the driver holds them (else None): the contested ``units`` through the kernel with the parent's
     ``kernel_entries``, on the driver when they are few (planning.kernel_on_driver), else in one
     Spark task; the others by ``transforms.verdicts``. ``stream_rows``: the stream's rows, where
     the caller knows them (else counted, which computes kept units)."""
@@ -450,9 +473,9 @@ def _verdicts(spark: SparkSession, units: DataFrame, kernel_entries: DataFrame |
         stream_rows = stream.count()
     held = None
     if kernel_on_driver(spark, stream_rows):
-        held = transforms.in_unit_order_on_driver(stream.toArrow())
-        decisions = spark.createDataFrame(kernel.decide_table(held.to_batches(), windows, batch_id),
-                                          transforms.OUTPUT_SPARK_SCHEMA)
+        ordered = transforms.in_unit_order_on_driver(stream.toArrow())
+        held = _KernelOnDriver(ordered, kernel.decide_table(ordered.to_batches(), windows, batch_id))
+        decisions = spark.createDataFrame(held.decisions, transforms.OUTPUT_SPARK_SCHEMA)
     else:
         decisions = _kept(transforms.decide(stream, windows, batch_id), kept)
     # the kernel's verdicts (at most a row per row of its stream) meet every unit: broadcast
@@ -466,8 +489,8 @@ class _Ranked:
     """The units' ranks the driver found (``_ranks``), and the parent's state the batch's key
     hashes meet, kept (None: the parent has none of that kind)."""
 
-    ranks: pa.Table   # unit_ranks.RANKS_SCHEMA
-    contested: int    # messages in contested units
+    ranks: unit_ranks.Ranks
+    caches: dict[int, str]  # the batch's caches by unit_ranks.cache_hash
     stream_rows: int | None  # rows of the kernel's stream, where the driver knows them (no Apama cache)
     counted: DataFrame | None  # its count and time entries
     left: DataFrame | None     # its record of keys that left their window (§9)
@@ -475,14 +498,15 @@ class _Ranked:
     resting: DataFrame | None  # its Apama entries that stay as they are
 
 
-def _ranks(spark: SparkSession, rows: pa.Table, parent: _Parent, windows: dict, kept: list[DataFrame]
-           ) -> _Ranked | None:
+def _ranks(spark: SparkSession, rows: pa.Table, parent: _Parent, windows: dict, caches: dict[int, str],
+           kept: list[DataFrame]) -> _Ranked | None:
     """The units' ranks (unit_ranks.rank of ``rows``, unit_ranks.COLLECTED; None where they do
-    not fit Spark's arrays), and the parent's entries, left keys and Apama entries whose key hash
-    the batch's keys have. Those hashes are collected (a job each), so that the units of their
-    keys are contested: an entry of another key with the same hash is never looked up by the
-    kernel, and a key that left its window is accepted there. Apama caches' quiet senders are
-    found by unit_ranks.quiet_senders, from the parent's entries in their queues (a job)."""
+    not fit Spark's arrays; ``caches``: the batch's, by their hash), and the parent's entries,
+    left keys and Apama entries whose key hash the batch's keys have. Those hashes are collected
+    (a job each), so that the units of their keys are contested: an entry of another key with the
+    same hash is never looked up by the kernel, and a key that left its window is accepted there.
+    Apama caches' quiet senders are found by unit_ranks.quiet_senders, from the parent's entries
+    in their queues (a job)."""
     apama = cache_windows.of_policy(windows, APAMA)
     known = None  # the batch's key hashes, shipped to Spark only to meet a parent's entries
     if any(entries is not None for entries in (parent.counted, parent.left, parent.apama)):
@@ -497,9 +521,9 @@ def _ranks(spark: SparkSession, rows: pa.Table, parent: _Parent, windows: dict, 
     met = [hashes for hashes in (counted_met, left_met) if hashes is not None]
     quiet = queued = resting = None
     if apama:
-        hashes = _cache_hashes(spark, apama)
         quiet, quiet_hashes = unit_ranks.quiet_senders(
-            rows, {hashes[name]: windows[name].setting.per_source_window for name in apama}, _held(spark, parent))
+            rows, {h: windows[name].setting.per_source_window for h, name in caches.items() if name in apama},
+            _held(spark, parent))
         if parent.apama is not None:
             quiet_frame = _broadcast_if_small(values_frame(spark, quiet_hashes, unit_ranks.SENDER),
                                               len(quiet_hashes), KEY_HASH_BYTES)
@@ -508,14 +532,13 @@ def _ranks(spark: SparkSession, rows: pa.Table, parent: _Parent, windows: dict, 
             queued = named.filter(~F.col("resting")).select(*transforms.SNAPSHOT_COLUMNS)
             resting = named.filter("resting").select(*transforms.SNAPSHOT_COLUMNS)
     met_hashes = np.unique(np.concatenate([np.empty(0, np.int64), *(hit.to_numpy() for hit in met)]))
-    found = unit_ranks.rank(rows, met_hashes, quiet)
-    if found is None:
+    ranks = unit_ranks.rank(rows, met_hashes, quiet)
+    if ranks is None:
         return None
-    ranks, contested = found
     # the kernel's stream: the contested messages and the entries met (Apama's passive messages
     # and queue entries would need a count)
-    stream_rows = None if apama else contested + (0 if counted_met is None else len(counted_met))
-    return _Ranked(ranks, contested, stream_rows, counted, left, queued, resting)
+    stream_rows = None if apama else ranks.contested + (0 if counted_met is None else len(counted_met))
+    return _Ranked(ranks, caches, stream_rows, counted, left, queued, resting)
 
 
 def _held(spark: SparkSession, parent: _Parent) -> pa.Table:
@@ -526,18 +549,26 @@ def _held(spark: SparkSession, parent: _Parent) -> pa.Table:
 
 
 def _decide_ranked(spark: SparkSession, messages: DataFrame, ranked: _Ranked, windows: dict, batch_id: str,
-                   copies: DataFrame, kept: list[DataFrame]) -> _Decided:
+                   copies: DataFrame, kept: list[DataFrame], copy_rows: int, addresses: dict[int, str] | None,
+                   by_line: bool) -> _Decided:
     """``_decide_in_spark`` for a batch whose units the driver placed and ranked (``_ranks``):
     ``messages`` (transforms.messages, from kept rows); ``copies``: its repeated message ids
-    (transforms.copies)."""
+    (transforms.copies), ``copy_rows`` of them. Where the kernel runs on the driver too and the
+    batch's ``addresses`` are told apart by their hash (else None), the driver tallies the
+    verdicts, and numbers the delivered ones by line if ``by_line`` (planning.looks_up_by_line)."""
     apama = cache_windows.of_policy(windows, APAMA)
     # kept, computed by the first pass that reads them (the kernel's stream)
-    units = _kept(unit_ranks.units(messages, spark.createDataFrame(ranked.ranks, unit_ranks.RANKS_SPARK_SCHEMA),
-                                   apama), kept)
+    units = _kept(unit_ranks.units(messages, spark.createDataFrame(ranked.ranks.by_line,
+                                                                   unit_ranks.RANKS_SPARK_SCHEMA), apama), kept)
     kernel_entries = None if ranked.counted is None else _union(ranked.counted, ranked.queued)
-    verdicts, decisions, stream = _verdicts(spark, units, kernel_entries, copies, windows, batch_id, kept,
-                                            ranked.stream_rows)
-    tally = _Tally(transforms.verdict_counts(verdicts).collect())
+    verdicts, decisions, held = _verdicts(spark, units, kernel_entries, copies, windows, batch_id, kept,
+                                          ranked.stream_rows)
+    driver = None
+    if held is not None and addresses is not None:
+        driver = driver_verdicts.decide(ranked.ranks, held.decisions, windows, ranked.caches, addresses, copy_rows,
+                                        by_line)
+    tally = _Tally(transforms.verdict_counts(verdicts).collect() if driver is None else driver.tally)
+    stream = None if held is None else held.stream
     # What the audit reads of the deciding (only with the audit on; what it reads twice is kept,
     # computed once, by its first pass), exact: every message of a key that repeats, or that the
     # parent's entries or record hold, is contested. The contested messages' keys are in the
@@ -545,23 +576,25 @@ def _decide_ranked(spark: SparkSession, messages: DataFrame, ranked: _Ranked, wi
     contested_keys = (_kept(transforms.batch_keys(units.filter("contested")), kept) if stream is None
                       else spark.createDataFrame(unit_ranks.contested_keys(stream), unit_ranks.KEY_COUNTS_SPARK_SCHEMA))
     entries_met, left_met = (None if hit is None else _kept(hit.join(
-        _broadcast_if_small(contested_keys.select("cache", "dedup_key"), ranked.contested), ["cache", "dedup_key"],
-        "left_semi"), kept) for hit in (ranked.counted, ranked.left))
+        _broadcast_if_small(contested_keys.select("cache", "dedup_key"), ranked.ranks.contested),
+        ["cache", "dedup_key"], "left_semi"), kept) for hit in (ranked.counted, ranked.left))
     repeated_keys = transforms.repeated_keys(contested_keys, entries_met)  # read once, by the audit's candidates
     return _Decided(verdicts, copies, repeated_keys, entries_met, left_met,
-                    *_queues(spark, decisions, apama, ranked.resting), tally)
+                    *_queues(spark, decisions, apama, ranked.resting), tally, driver=driver)
 
 
-def _cache_hashes(spark: SparkSession, names: list[str]) -> dict[str, int]:
-    """unit_ranks.cache_hash of each cache of ``names``; computed by Spark on a local relation,
-    without a job."""
-    frame = local_frame(spark, [(name,) for name in names], "cache string")
-    return {r[0]: r[1] for r in frame.select("cache", unit_ranks.cache_hash()).collect()}
+def _names_by_hash(spark: SparkSession, names: list[str], hashed: Column, column: str) -> dict[int, str] | None:
+    """``names`` (values of ``column``) by their ``hashed`` (unit_ranks.cache_hash, address_hash),
+    or None where two share a hash; computed by Spark on a local relation, without a job."""
+    frame = local_frame(spark, [(name,) for name in names], f"{column} string")
+    by_hash = {r[1]: r[0] for r in frame.select(column, hashed).collect()}
+    return by_hash if len(by_hash) == len(names) else None
 
 
-def _caches_told_apart(spark: SparkSession, windows: dict) -> bool:
-    """Whether unit_ranks.cache_hash tells the batch's caches (``windows``) apart."""
-    return unit_ranks.distinct_cache_hashes(list(_cache_hashes(spark, list(windows)).values()))
+def _lookup_frame(spark: SparkSession, table: pa.Table | None) -> DataFrame | None:
+    """The delivered verdicts by line the driver numbered (driver_verdicts.Verdicts.lookup), as a
+    frame; None where they do not fit line_lookup.by_line's arrays."""
+    return None if table is None else spark.createDataFrame(table, line_lookup.LOOKUP_SPARK_SCHEMA)
 
 
 def _suspects(spark: SparkSession, keys: DataFrame, input_lines: int, kept: list[DataFrame]) -> tuple[DataFrame, int]:

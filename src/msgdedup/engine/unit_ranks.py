@@ -18,7 +18,7 @@ batch and not among the parent's entries' occurs once and is not in the snapshot
 rightly left to ``transforms.verdicts`` (accepted). Two keys that share a hash make their units
 contested, and the kernel decides them on the keys themselves (kernel.py: a contested unit whose
 keys are unique is accepted there, numbered as ``transforms.verdicts`` would). Caches are told apart
-by their hash only when the batch's caches' hashes are distinct (``distinct_cache_hashes``); units by
+by their hash only when the batch's caches' hashes are distinct (batch._names_by_hash); units by
 their commit point's row_id, unique to each.
 
 Apama caches (§8.2) need one number more per message: its sender queue's hash (``sender_hash``),
@@ -30,6 +30,8 @@ quiet senders, whose messages and entries the kernel then sees, as it sees a lou
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -44,7 +46,7 @@ from msgdedup.engine.parsing import LINE_BITS, LINE_MASK
 from msgdedup.repeats import repeated_values
 
 # What the driver collects of every valid message (``columns``).
-COLLECTED = ["row_id", "id_hash", "key_hash", "cache_hash", "received_us", "txn_id"]
+COLLECTED = ["row_id", "id_hash", "key_hash", "cache_hash", "address_hash", "received_us", "txn_id"]
 # ... and of a message to an Apama cache (null for the others), where the batch has such caches.
 SENDER = "sender_hash"
 # One row per input file: at position ``line_number - 1``, its message's unit (``unit_us``,
@@ -83,6 +85,11 @@ def cache_hash() -> Column:
     return F.when(F.col("cache").isNotNull(), F.hash("cache"))
 
 
+def address_hash() -> Column:
+    """An address as 32 bits: what the driver tallies the verdicts by (driver_verdicts.py)."""
+    return F.hash("address")
+
+
 def sender_hash() -> Column:
     """A message's or an entry's sender queue, its cache and ``source_id``, as 64 bits (a null
     source_id is a sender too, §8.2)."""
@@ -93,15 +100,11 @@ def columns(sequential: list[str]) -> list[Column]:
     """``COLLECTED`` of messages (transforms.KEY_COLUMNS), and ``SENDER`` where the batch has
     ``sequential`` (Apama) caches."""
     collected = [F.col("row_id"), transforms.id_hash().alias("id_hash"), key_hash().alias("key_hash"),
-                 cache_hash().alias("cache_hash"), F.col("received_us"), F.col("txn_id")]
+                 cache_hash().alias("cache_hash"), address_hash().alias("address_hash"), F.col("received_us"),
+                 F.col("txn_id")]
     if sequential:
         collected.append(F.when(F.col("cache").isin(sequential), sender_hash()).alias(SENDER))
     return collected
-
-
-def distinct_cache_hashes(hashes: list[int]) -> bool:
-    """Whether the caches' ``hashes`` (``cache_hash`` of every cache the batch can name) tell them apart."""
-    return len(set(hashes)) == len(hashes)
 
 
 def held(parent_apama: DataFrame) -> DataFrame:
@@ -153,12 +156,28 @@ def positions(rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     return unit_us, unit_row
 
 
-def rank(rows: pa.Table, met_hashes: np.ndarray, quiet: np.ndarray | None = None) -> tuple[pa.Table, int] | None:
+@dataclass(frozen=True)
+class Ranks:
+    """``rank``'s answer: the units and ranks by line, for Spark (``units``), and each message's
+    own, in the order of the rows ranked, for the driver's verdicts (driver_verdicts.py)."""
+
+    by_line: pa.Table         # RANKS_SCHEMA
+    contested: int            # messages in contested units
+    row_id: np.ndarray
+    keyed: np.ndarray         # the message has a cache
+    cache_hash: np.ndarray    # cache_hash(), 0 where not keyed
+    address_hash: np.ndarray  # address_hash()
+    unit_us: np.ndarray
+    in_contested: np.ndarray  # its unit is contested
+    free_rank: np.ndarray     # 0 where not keyed
+    contested_rank: np.ndarray
+
+
+def rank(rows: pa.Table, met_hashes: np.ndarray, quiet: np.ndarray | None = None) -> Ranks | None:
     """The ranks of ``rows`` (``COLLECTED``: every valid message of the batch, no message id
-    repeated) as RANKS_SCHEMA, and how many messages are in contested units; None where they do
-    not fit Spark's arrays. ``met_hashes``: the key hashes of the parent's entries (and left keys,
-    and named queue entries) that the batch's keys have; ``quiet``: which rows have a quiet
-    sender (``quiet_senders``; None: no row)."""
+    repeated); None where they do not fit Spark's arrays. ``met_hashes``: the key hashes of the
+    parent's entries (and left keys, and named queue entries) that the batch's keys have;
+    ``quiet``: which rows have a quiet sender (``quiet_senders``; None: no row)."""
     row_id = rows["row_id"].to_numpy()
     keyed = rows["key_hash"].is_valid().to_numpy(zero_copy_only=False)
     key = pc.fill_null(rows["key_hash"], 0).to_numpy()
@@ -183,7 +202,10 @@ def rank(rows: pa.Table, met_hashes: np.ndarray, quiet: np.ndarray | None = None
     quiet = np.zeros(len(rows), bool) if quiet is None else quiet
     ranks = _by_line(row_id, {"unit_us": unit_us, "unit_row": unit_row, "contested": contested, "quiet": quiet,
                               "free_rank": free_rank, "contested_rank": contested_rank}, keyed)
-    return None if ranks is None else (ranks, int(contested.sum()))
+    if ranks is None:
+        return None
+    return Ranks(ranks, int(contested.sum()), row_id, keyed, cache, rows["address_hash"].to_numpy(), unit_us,
+                 contested, free_rank, contested_rank)
 
 
 def _by_line(row_id: np.ndarray, values: dict[str, np.ndarray], keyed: np.ndarray) -> pa.Table | None:
