@@ -214,6 +214,11 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
                else _decide_in_spark(spark, keys, parent, windows, txn.batch_id, source_files, kept, input_lines,
                                      addresses))
     tally = decided.tally
+    verdicts = decided.verdicts
+    # The driver's verdicts leave only the snapshot to read these, in one pass; the audit, or a
+    # delivered output not looked up by line, is a second one
+    if decided.driver is not None and (settings.audit_horizon or decided.driver.lookup is None):
+        verdicts = _kept(verdicts, kept)
     caches = manifests.cache_counters(windows, tally.accepted_per_cache(),
                                       tally.clocks(windows, decided.apama_clocks))
     timer.lap("decide")
@@ -226,7 +231,7 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
                if frame is not None]
         earlier = met[0].unionByName(met[1]) if len(met) == 2 else (
             met[0] if met else local_frame(spark, [], audit.ENTRY_SCHEMA))
-        candidates = audit.audit_candidates(decided.verdicts,
+        candidates = audit.audit_candidates(verdicts,
                                             audit.audit_keys(decided.repeated_keys, decided.left_met))
         if not on_driver:  # read twice, and found by a pass over every verdict: kept
             candidates = _kept(candidates, kept)
@@ -239,7 +244,6 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     # their own cache keys, or gives the delivered ones their verdicts by line number; the
     # driver's plan has its verdicts in local tables, which bring the keys along where the
     # messages' would be a join, and a Spark job, per output.
-    verdicts = decided.verdicts
     keys_in_verdicts = on_driver
     messages = valid if keys_in_verdicts else with_keys
 
@@ -434,6 +438,7 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
                                       quiet)
     units = _kept(transforms.rank_in_caches(transforms.assign_units(marked)), kept)
     verdicts, decisions, _ = _verdicts(spark, units, kernel_entries, copies, windows, batch_id, kept)
+    verdicts = _kept(verdicts, kept)  # the tally, the outputs and the snapshot read them
     tally = _Tally(transforms.verdict_counts(verdicts).collect())
     return _Decided(verdicts, copies, repeated_keys, entries_met, left_met,
                     *_queues(spark, decisions, apama, resting), tally)
@@ -463,8 +468,9 @@ class _KernelOnDriver:
 def _verdicts(spark: SparkSession, units: DataFrame, kernel_entries: DataFrame | None, copies: DataFrame,
               windows: dict, batch_id: str, kept: list[DataFrame], stream_rows: int | None = None
               ) -> tuple[DataFrame, DataFrame, _KernelOnDriver | None]:
-    """Every valid message's verdict (kept), the kernel's output, and its stream and output where
-    the driver holds them (else None): the contested ``units`` through the kernel with the parent's
+    """Every valid message's verdict (not kept: the caller keeps it where more than one pass reads
+    it), the kernel's output, and its stream and output where the driver holds them (else None):
+    the contested ``units`` through the kernel with the parent's
     ``kernel_entries``, on the driver when they are few (planning.kernel_on_driver), else in one
     Spark task; the others by ``transforms.verdicts``. ``stream_rows``: the stream's rows, where
     the caller knows them (else counted, which computes kept units)."""
@@ -479,8 +485,8 @@ def _verdicts(spark: SparkSession, units: DataFrame, kernel_entries: DataFrame |
     else:
         decisions = _kept(transforms.decide(stream, windows, batch_id), kept)
     # the kernel's verdicts (at most a row per row of its stream) meet every unit: broadcast
-    verdicts = _kept(transforms.verdicts(units, _broadcast_if_small(decisions, stream_rows), copies,
-                                         _starts(spark, windows)), kept)
+    verdicts = transforms.verdicts(units, _broadcast_if_small(decisions, stream_rows), copies,
+                                   _starts(spark, windows))
     return verdicts, decisions, held
 
 
@@ -567,6 +573,8 @@ def _decide_ranked(spark: SparkSession, messages: DataFrame, ranked: _Ranked, wi
     if held is not None and addresses is not None:
         driver = driver_verdicts.decide(ranked.ranks, held.decisions, windows, ranked.caches, addresses, copy_rows,
                                         by_line)
+    if driver is None:  # the tally, the outputs and the snapshot read them
+        verdicts = _kept(verdicts, kept)
     tally = _Tally(transforms.verdict_counts(verdicts).collect() if driver is None else driver.tally)
     stream = None if held is None else held.stream
     # What the audit reads of the deciding (only with the audit on; what it reads twice is kept,

@@ -37,6 +37,8 @@ from msgdedup.engine.windows import CacheWindow
 # What the dropped output takes of its verdicts (transforms.verdicts_for(..., DROPPED)).
 DROPPED_SCHEMA = pa.schema([("row_id", pa.int64()), ("reason", pa.string()), ("duplicate_of", pa.string())])
 DROPPED_SPARK_SCHEMA = from_arrow_schema(DROPPED_SCHEMA)
+# Between a verdict's outcome and reason, to tell the kernel's few kinds of verdict apart at once.
+_APART = "\x00"
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,6 @@ def decide(ranks: Ranks, decided: pa.Table, windows: Mapping[str, CacheWindow], 
     # per cache, by its index in ``names``: the counter and time before the batch
     hashes = np.array(sorted(caches), np.int64)
     names = [caches[h] for h in hashes.tolist()]
-    index = {name: i for i, name in enumerate(names)}
     cache = np.zeros(n, np.int64)
     cache[keyed] = np.searchsorted(hashes, ranks.cache_hash[keyed])
     last_seq = np.array([windows[name].last_seq for name in names] + [0], np.int64)
@@ -81,8 +82,8 @@ def decide(ranks: Ranks, decided: pa.Table, windows: Mapping[str, CacheWindow], 
     # kernel reported at the contested message ranked just before it in its cache; a contested
     # message's is the kernel's
     reported = verdict.filter(verdict["cache"].is_valid())
-    reported_at = (np.array([index[c] for c in reported["cache"].to_pylist()], np.int64) << 32) \
-        | reported["contested_rank"].to_numpy()
+    reported_at = (pc.index_in(reported["cache"], value_set=pa.array(names, pa.string())).to_numpy().astype(np.int64)
+                   << 32) | reported["contested_rank"].to_numpy()
     by_rank = np.argsort(reported_at)
     reported_at = reported_at[by_rank]
     accepted_after = pc.fill_null(reported["accepted_after"], 0).to_numpy()[by_rank]
@@ -104,12 +105,11 @@ def decide(ranks: Ranks, decided: pa.Table, windows: Mapping[str, CacheWindow], 
 
     # the outcome and reason of each message, as an index in ``kinds``: every uncontested message
     # is delivered, a contested one as the kernel says
-    kinds = [(kernel.DELIVERED, None)]
-    for pair in zip(verdict["outcome"].to_pylist(), verdict["reason"].to_pylist(), strict=True):
-        if pair not in kinds:
-            kinds.append(pair)
-    kernel_kind = np.array([kinds.index(pair) for pair in zip(
-        verdict["outcome"].to_pylist(), verdict["reason"].to_pylist(), strict=True)], np.int64)
+    pairs = pc.dictionary_encode(pc.binary_join_element_wise(
+        verdict["outcome"], pc.fill_null(verdict["reason"], ""), _APART).combine_chunks())
+    named = [tuple(pair.split(_APART)) for pair in pairs.dictionary.to_pylist()]
+    kinds = [(kernel.DELIVERED, None)] + [(o, r or None) for o, r in named if (o, r) != (kernel.DELIVERED, "")]
+    kernel_kind = np.array([kinds.index((o, r or None)) for o, r in named], np.int64)[pairs.indices.to_numpy()]
     kind = np.zeros(n, np.int64)
     kind[contested] = kernel_kind[mine]
     tally = _tally(pa.table({"address": ranks.address_hash, "cache": pa.array(cache, mask=~keyed),
