@@ -222,17 +222,19 @@ def id_hashes_on_driver(spark: SparkSession, input_lines: int) -> bool:
 
 
 # A batch decided in Spark places and ranks its messages in their caches on the driver
-# (engine/unit_ranks.py) when they fit this share of its heap: per message four longs and an int
-# (row_id, two hashes, instant, cache hash) and its transaction's id (an offset, and its
-# characters where it has one) in the Arrow batches its JVM serves, then its unit's place (two
+# (engine/unit_ranks.py) when they fit this share of its heap: per message four longs and two ints
+# (row_id, two hashes, instant, cache and address hashes) and its transaction's id (an offset, and
+# its characters where it has one) in the Arrow batches its JVM serves, then its unit's place (two
 # longs): about 56 bytes where a few percent of the messages are in transactions; a long more
 # where the batch has Apama caches (its sender's hash); counted twice for the copies on their way.
+# What the driver keeps of them for its verdicts (unit_ranks.Ranks, driver_verdicts.py: about 42
+# bytes a message, the collected rows freed) fits in the second count.
 # A fifth of the heap, where the other collections take a tenth, so that a 1M batch qualifies with
-# a 1g driver (up to about 1.8M messages). Else a window over the transactions places the units,
+# a 1g driver (up to about 1.7M messages). Else a window over the transactions places the units,
 # an aggregation finds the repeated keys and a window over every keyed message ranks them: three
 # shuffles more (docs/benchmarks.md), and one more finds the quiet senders. 0: always the
 # aggregations and the windows.
-RANK_ROW_BYTES = 104
+RANK_ROW_BYTES = 112
 SENDER_ROW_BYTES = 16
 RANKS_HEAP_SHARE = 0.2
 RANKS_HEAP_SHARE_CONF = "spark.msgdedup.ranksHeapShare"
