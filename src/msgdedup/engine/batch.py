@@ -250,7 +250,7 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     def verdicts_of(outcome: str) -> DataFrame:
         of = (transforms.verdicts_for(verdicts, outcome, keys=keys_in_verdicts)
               if decided.driver is None or outcome != kernel.DROPPED  # else the kernel's, few
-              else spark.createDataFrame(decided.driver.dropped, driver_verdicts.DROPPED_SPARK_SCHEMA))
+              else decided.driver.dropped)
         return _broadcast_if_small(of, tally.of(outcome), BROADCAST_ROW_BYTES if keys_in_verdicts
                                    else OUTPUT_VERDICT_BYTES, otherwise="shuffle_hash")
 
@@ -260,8 +260,7 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     starts = _starts(spark, windows)
     lookup = None
     if not keys_in_verdicts and looks_up_by_line(spark, input_lines, instants):
-        lookup = (_lookup(spark, verdicts, starts, instants) if decided.driver is None
-                  else _lookup_frame(spark, decided.driver.lookup))
+        lookup = _lookup(spark, verdicts, starts, instants) if decided.driver is None else decided.driver.lookup
     entries = _union(transforms.acceptances(verdicts, txn.batch_id), parent.counted)
     staged = {
         "delivered": transforms.delivered(messages, verdicts_of(kernel.DELIVERED)) if lookup is None
@@ -359,7 +358,16 @@ class _Decided:
     apama_clocks: dict
     tally: _Tally
     on_driver: driver_decide.Decision | None = None  # the driver's plan: its tables
-    driver: driver_verdicts.Verdicts | None = None  # a batch ranked on the driver whose kernel ran there
+    driver: _DriverVerdicts | None = None  # a batch ranked on the driver whose kernel ran there
+
+
+@dataclass(frozen=True)
+class _DriverVerdicts:
+    """What the driver found of the verdicts it tallied (driver_verdicts.py), as frames of its
+    tables (no job to read them; the driver keeps none of them while the outputs are written)."""
+
+    lookup: DataFrame | None  # the delivered ones by line (line_lookup.LOOKUP_SCHEMA); None: they do not fit
+    dropped: DataFrame        # the dropped ones, the kernel's (driver_verdicts.DROPPED_SCHEMA)
 
 
 def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, windows: dict, batch_id: str,
@@ -408,9 +416,12 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
         driver_memory.release()
         if found is not None:
             by_line = looks_up_by_line(spark, input_lines, any(w.timed for w in windows.values()))
-            return _decide_ranked(spark, messages, found, windows, batch_id, copies, kept, copy_rows,
-                                  _names_by_hash(spark, sorted(addresses), unit_ranks.address_hash(), "address"),
-                                  by_line)
+            decided = _decide_ranked(spark, messages, found, windows, batch_id, copies, kept, copy_rows,
+                                     _names_by_hash(spark, sorted(addresses), unit_ranks.address_hash(), "address"),
+                                     by_line)
+            del found  # each message's ranks (unit_ranks.Ranks): not held while the outputs are written
+            driver_memory.release()
+            return decided
     batch_keys = _kept(transforms.batch_keys(messages), kept)
     keys_side = batch_keys
     if parent.counted is not None or parent.left is not None:
@@ -569,13 +580,18 @@ def _decide_ranked(spark: SparkSession, messages: DataFrame, ranked: _Ranked, wi
     kernel_entries = None if ranked.counted is None else _union(ranked.counted, ranked.queued)
     verdicts, decisions, held = _verdicts(spark, units, kernel_entries, copies, windows, batch_id, kept,
                                           ranked.stream_rows)
-    driver = None
+    driver = tally = None
     if held is not None and addresses is not None:
-        driver = driver_verdicts.decide(ranked.ranks, held.decisions, windows, ranked.caches, addresses, copy_rows,
-                                        by_line)
-    if driver is None:  # the tally, the outputs and the snapshot read them
+        found = driver_verdicts.decide(ranked.ranks, held.decisions, windows, ranked.caches, addresses, copy_rows,
+                                       by_line)
+        tally = _Tally(found.tally)
+        driver = _DriverVerdicts(
+            None if found.lookup is None else spark.createDataFrame(found.lookup, line_lookup.LOOKUP_SPARK_SCHEMA),
+            spark.createDataFrame(found.dropped, driver_verdicts.DROPPED_SPARK_SCHEMA))
+        del found
+    else:  # the tally, the outputs and the snapshot read them
         verdicts = _kept(verdicts, kept)
-    tally = _Tally(transforms.verdict_counts(verdicts).collect() if driver is None else driver.tally)
+        tally = _Tally(transforms.verdict_counts(verdicts).collect())
     stream = None if held is None else held.stream
     # What the audit reads of the deciding (only with the audit on; what it reads twice is kept,
     # computed once, by its first pass), exact: every message of a key that repeats, or that the
@@ -597,12 +613,6 @@ def _names_by_hash(spark: SparkSession, names: list[str], hashed: Column, column
     frame = local_frame(spark, [(name,) for name in names], f"{column} string")
     by_hash = {r[1]: r[0] for r in frame.select(column, hashed).collect()}
     return by_hash if len(by_hash) == len(names) else None
-
-
-def _lookup_frame(spark: SparkSession, table: pa.Table | None) -> DataFrame | None:
-    """The delivered verdicts by line the driver numbered (driver_verdicts.Verdicts.lookup), as a
-    frame; None where they do not fit line_lookup.by_line's arrays."""
-    return None if table is None else spark.createDataFrame(table, line_lookup.LOOKUP_SPARK_SCHEMA)
 
 
 def _suspects(spark: SparkSession, keys: DataFrame, input_lines: int, kept: list[DataFrame]) -> tuple[DataFrame, int]:
