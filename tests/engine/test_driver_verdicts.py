@@ -1,8 +1,8 @@
 """driver_verdicts.py on a tiny batch: the driver's tally, dropped verdicts and delivered numbers
 by line are what transforms.verdicts gives in Spark from the same ranks and kernel output, with a
 count cache that has a counter before the batch, a time cache with a clock, the parent's entries,
-a transaction dropped whole and a repeated message id. The engine-vs-model property tests run it
-on whole batches ("small")."""
+a transaction dropped whole and a repeated message id, whole and a few messages at a time. The
+engine-vs-model property tests run it on whole batches ("small")."""
 
 import numpy as np
 import pytest
@@ -37,11 +37,16 @@ ROWS = [
     (_row(1, 4), "m8", "a2", 300, None, None, "t", "x2"),   # x2 in the parent's t, long gone: delivered
     (_row(1, 5), "m9", "b9", 310, None, None, None, None),
     (_row(1, 6), "m10", "a2", 320, None, None, "t", "x3"),
+    (_row(1, 7), "m11", "a2", 60, None, None, "t", "x4"),    # the last line, entered before m8 and m10
 ]
 PARENT = [("c", "k2", 4, "p2", "a1", "b0", None, None, None), ("t", "x2", 2, "p8", "a2", "b0", 100, None, None)]
 
 
-def test_the_driver_gives_the_verdicts_spark_gives(spark):
+@pytest.mark.parametrize("chunk", [2, 3, 1 << 17])
+def test_the_driver_gives_the_verdicts_spark_gives(spark, monkeypatch, chunk):
+    """Taken two and three messages at a time too, so that a transaction, a cache's ranks and a
+    tally's group (its count and its latest instant) cross the chunks' bounds."""
+    monkeypatch.setattr(driver_verdicts, "_CHUNK", chunk)
     messages = spark.createDataFrame(ROWS, KEYS)
     rows = messages.select(*unit_ranks.columns([])).toArrow()
     parent = spark.createDataFrame(PARENT, transforms.SNAPSHOT_SCHEMA)
@@ -77,8 +82,9 @@ def test_the_driver_gives_the_verdicts_spark_gives(spark):
         "m1": ("delivered", None, 6, None), "m2": ("dropped", "duplicate", None, None),
         "m3": ("dropped", "duplicate", None, None), "m4": ("dropped", "transaction_rejected", None, None),
         "m5": ("delivered", None, 7, None), "m6": ("delivered", None, 3, 100),
-        "m7": ("dropped", "duplicate", None, None), "m8": ("delivered", None, 4, 300),
-        "m9": ("delivered", None, None, None), "m10": ("delivered", None, 5, 320)}
+        "m7": ("dropped", "duplicate", None, None), "m8": ("delivered", None, 5, 300),
+        "m9": ("delivered", None, None, None), "m10": ("delivered", None, 6, 320),
+        "m11": ("delivered", None, 4, 100)}
 
 
 def test_a_contested_message_the_kernel_did_not_decide_is_an_error(spark):

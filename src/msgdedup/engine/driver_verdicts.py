@@ -37,6 +37,10 @@ from msgdedup.engine.windows import CacheWindow
 # What the dropped output takes of its verdicts (transforms.verdicts_for(..., DROPPED)).
 DROPPED_SCHEMA = pa.schema([("row_id", pa.int64()), ("reason", pa.string()), ("duplicate_of", pa.string())])
 DROPPED_SPARK_SCHEMA = from_arrow_schema(DROPPED_SCHEMA)
+# A cache without a time before the batch (§8.4): any instant is later.
+_NO_CLOCK = np.iinfo(np.int64).min
+# Messages taken at a time (``decide``).
+_CHUNK = 1 << 17
 # Between a verdict's outcome and reason, to tell the kernel's few kinds of verdict apart at once.
 _APART = "\x00"
 
@@ -55,89 +59,121 @@ def decide(ranks: Ranks, decided: pa.Table, windows: Mapping[str, CacheWindow], 
     """The verdicts of ``ranks``' messages: ``decided`` is the kernel's output (kernel.OUTPUT_SCHEMA)
     for their contested units, ``caches`` and ``addresses`` name the hashes (unit_ranks.cache_hash,
     address_hash), ``copies`` counts the repeated message ids left out of ``ranks`` (quarantined);
-    ``lookup``: also the delivered messages' numbers by line (line_lookup.by_line)."""
-    verdict = decided.filter(pc.equal(decided["kind"], kernel.VERDICT))
-    n, keyed = len(ranks.row_id), ranks.keyed
-    # the kernel's verdict of every contested message, found by row_id
-    contested = np.flatnonzero(ranks.in_contested)
-    by_row = np.argsort(verdict["row_id"].to_numpy())
-    kernel_rows = verdict["row_id"].to_numpy()[by_row]
-    at = np.minimum(np.searchsorted(kernel_rows, ranks.row_id[contested]), max(len(kernel_rows) - 1, 0))
-    if len(contested) and (not len(kernel_rows) or (kernel_rows[at] != ranks.row_id[contested]).any()):
-        raise RuntimeError("the kernel gave no verdict for a message of a contested unit")
-    mine = by_row[at] if len(contested) else np.empty(0, np.int64)  # their rows of ``verdict``
+    ``lookup``: also the delivered messages' numbers by line (line_lookup.by_line).
 
-    # per cache, by its index in ``names``: the counter and time before the batch
-    hashes = np.array(sorted(caches), np.int64)
-    names = [caches[h] for h in hashes.tolist()]
-    cache = np.zeros(n, np.int64)
-    cache[keyed] = np.searchsorted(hashes, ranks.cache_hash[keyed])
-    last_seq = np.array([windows[name].last_seq for name in names] + [0], np.int64)
+    The messages are taken ``_CHUNK`` at a time: the driver holds the ranks meanwhile, and a few
+    whole-batch temporaries of 8 bytes a message were 85 MiB more at 1M, at the time of a batch's
+    peak memory (docs/benchmarks.md)."""
+    names = [caches[h] for h in sorted(caches)]
+    verdicts = _KernelVerdicts(decided.filter(pc.equal(decided["kind"], kernel.VERDICT)), names, windows)
+    cache_hashes = np.array(sorted(caches), np.int64)
     timed = np.array([windows[name].timed for name in names] + [False])
-    has_clock = np.array([windows[name].clock_us is not None for name in names] + [False])
-    clock_us = np.array([windows[name].clock_us or 0 for name in names] + [0], np.int64)
-
-    # cache_seq (transforms.verdicts): an uncontested message with a key is accepted, numbered
-    # after its cache's counter, the uncontested acceptances up to it and the contested ones the
-    # kernel reported at the contested message ranked just before it in its cache; a contested
-    # message's is the kernel's
-    reported = verdict.filter(verdict["cache"].is_valid())
-    reported_at = (pc.index_in(reported["cache"], value_set=pa.array(names, pa.string())).to_numpy().astype(np.int64)
-                   << 32) | reported["contested_rank"].to_numpy()
-    by_rank = np.argsort(reported_at)
-    reported_at = reported_at[by_rank]
-    accepted_after = pc.fill_null(reported["accepted_after"], 0).to_numpy()[by_rank]
-    free = np.flatnonzero(keyed & ~ranks.in_contested)
-    after = np.zeros(len(free), np.int64)
-    if len(reported_at):
-        wanted = (cache[free] << 32) | ranks.contested_rank[free]
-        found = np.minimum(np.searchsorted(reported_at, wanted), len(reported_at) - 1)
-        hit = reported_at[found] == wanted
-        after[hit] = accepted_after[found[hit]]
-    seq, has_seq = np.zeros(n, np.int64), np.zeros(n, bool)
-    seq[free], has_seq[free] = last_seq[cache[free]] + ranks.free_rank[free] + after, True
-    seq[contested] = pc.fill_null(verdict["cache_seq"], 0).to_numpy()[mine]
-    has_seq[contested] = verdict["cache_seq"].is_valid().to_numpy(zero_copy_only=False)[mine]
-    # an acceptance on a time or Apama cache enters at the later of its unit's instant and the
-    # cache's time before the batch (§8.4)
-    entered = has_seq & keyed & timed[cache]
-    entered_us = np.where(has_clock[cache], np.maximum(ranks.unit_us, clock_us[cache]), ranks.unit_us)
-
-    # the outcome and reason of each message, as an index in ``kinds``: every uncontested message
-    # is delivered, a contested one as the kernel says
-    pairs = pc.dictionary_encode(pc.binary_join_element_wise(
-        verdict["outcome"], pc.fill_null(verdict["reason"], ""), _APART).combine_chunks())
-    named = [tuple(pair.split(_APART)) for pair in pairs.dictionary.to_pylist()]
-    kinds = [(kernel.DELIVERED, None)] + [(o, r or None) for o, r in named if (o, r) != (kernel.DELIVERED, "")]
-    kernel_kind = np.array([kinds.index((o, r or None)) for o, r in named], np.int64)[pairs.indices.to_numpy()]
-    kind = np.zeros(n, np.int64)
-    kind[contested] = kernel_kind[mine]
-    tally = _tally(pa.table({"address": ranks.address_hash, "cache": pa.array(cache, mask=~keyed),
-                             "kind": kind, "entered": pa.array(entered_us, mask=~entered)}),
-                   addresses, names, kinds)
+    clock_us = np.array([_NO_CLOCK if windows[name].clock_us is None else windows[name].clock_us
+                         for name in names] + [_NO_CLOCK], np.int64)
+    delivered_kinds = [i for i, (outcome, _) in enumerate(verdicts.kinds) if outcome == kernel.DELIVERED]
+    counts: dict[int, list] = {}  # _count's code -> [messages, the latest instant one entered with]
+    numbered = []
+    for start in range(0, len(ranks.row_id), _CHUNK):
+        part = slice(start, start + _CHUNK)
+        keyed = ranks.keyed[part]
+        # each message's cache, by its index in ``names`` (len(names): none)
+        cache = np.full(len(keyed), len(names), np.int32)
+        cache[keyed] = np.searchsorted(cache_hashes, ranks.cache_hash[part][keyed])
+        seq, has_seq, kind = verdicts.of(ranks, part, cache)
+        # an acceptance on a time or Apama cache enters at the later of its unit's instant and the
+        # cache's time before the batch (§8.4)
+        entered = has_seq & timed[cache] if timed.any() else None
+        entered_us = None if entered is None else np.maximum(ranks.unit_us[part], clock_us[cache])
+        _count(counts, ranks.address_hash[part], cache, kind, entered_us, entered)
+        if lookup:
+            delivered = np.isin(kind, delivered_kinds)
+            columns = {"row_id": pa.array(ranks.row_id[part][delivered]),
+                       "seq_in_batch": pa.array(seq[delivered], mask=~has_seq[delivered])}
+            if entered is not None:
+                columns["received_at_us"] = pa.array(entered_us[delivered], mask=~entered[delivered])
+            numbered.append(pa.record_batch(columns))
+    tally = []
+    for code, (count, latest) in counts.items():
+        cache, (outcome, reason) = (code >> 8) & 0xFFFFFF, verdicts.kinds[code & 0xFF]
+        tally.append({"address": addresses[code >> 32], "cache": None if cache == len(names) else names[cache],
+                      "outcome": outcome, "reason": reason, "count": count, "clock_us": latest})
     if copies:
         tally.append({"address": None, "cache": None, "outcome": QUARANTINED, "reason": None, "count": copies,
                       "clock_us": None})
-
-    dropped = verdict.filter(pc.equal(verdict["outcome"], kernel.DROPPED)).select(DROPPED_SCHEMA.names)
-    numbers = None
-    if lookup:
-        delivered = np.flatnonzero(np.isin(kind, [i for i, (o, _) in enumerate(kinds) if o == kernel.DELIVERED]))
-        numbers = line_lookup.by_line(pa.table({
-            "row_id": ranks.row_id[delivered],
-            "seq_in_batch": pa.array((seq - last_seq[cache])[delivered], mask=~has_seq[delivered]),
-            "received_at_us": pa.array(entered_us[delivered], mask=~entered[delivered]),
-        }))
-    return Verdicts(tally, dropped.cast(DROPPED_SCHEMA), numbers)
+    numbers = line_lookup.by_line(pa.Table.from_batches(numbered)) if lookup and numbered else None
+    return Verdicts(tally, verdicts.dropped(), numbers)
 
 
-def _tally(messages: pa.Table, addresses: Mapping[int, str], caches: list[str],
-           kinds: list[tuple[str, str | None]]) -> list[dict]:
-    """transforms.verdict_counts of ``messages`` given by codes: their ``address`` hash, ``cache``
-    (an index in ``caches``; null: none), ``kind`` (an index in ``kinds``: outcome and reason) and
-    the instant each ``entered`` a time or Apama cache with (null: none)."""
-    grouped = messages.group_by(["address", "cache", "kind"]).aggregate([([], "count_all"), ("entered", "max")])
-    columns = (grouped[name].to_pylist() for name in ("address", "cache", "kind", "count_all", "entered_max"))
-    return [{"address": addresses[a], "cache": None if c is None else caches[c], "outcome": kinds[k][0],
-             "reason": kinds[k][1], "count": count, "clock_us": latest}
-            for a, c, k, count, latest in zip(*columns, strict=True)]
+class _KernelVerdicts:
+    """The kernel's verdicts of a batch's contested messages, by row_id, and what they tell of its
+    uncontested ones: ``accepted_after`` of each contested message, by cache and contested rank."""
+
+    def __init__(self, verdict: pa.Table, names: list[str], windows: Mapping[str, CacheWindow]) -> None:
+        self.verdict = verdict
+        by_row = np.argsort(verdict["row_id"].to_numpy())
+        self.row_id = verdict["row_id"].to_numpy()[by_row]
+        # the outcome and reason of each, as an index in ``kinds``: every uncontested message is
+        # delivered, a contested one as the kernel says
+        pairs = pc.dictionary_encode(pc.binary_join_element_wise(
+            verdict["outcome"], pc.fill_null(verdict["reason"], ""), _APART).combine_chunks())
+        named = [tuple(pair.split(_APART)) for pair in pairs.dictionary.to_pylist()]
+        self.kinds = [(kernel.DELIVERED, None)] + [(o, r or None) for o, r in named if (o, r) != (kernel.DELIVERED, "")]
+        self.kind = np.array([self.kinds.index((o, r or None)) for o, r in named], np.int8)[
+            pairs.indices.to_numpy()][by_row]
+        # the number in the batch of the acceptances it made: its cache_seq less its cache's
+        # counter before the batch (line_lookup's ``seq_in_batch``)
+        index = pc.index_in(verdict["cache"], value_set=pa.array(names, pa.string()))
+        last_seq = np.array([windows[name].last_seq for name in names] + [0], np.int64)
+        self.seq = (pc.fill_null(verdict["cache_seq"], 0).to_numpy()
+                    - last_seq[pc.fill_null(index, len(names)).to_numpy()])[by_row]
+        self.has_seq = verdict["cache_seq"].is_valid().to_numpy(zero_copy_only=False)[by_row]
+        reported = verdict.filter(verdict["cache"].is_valid())
+        at = (pc.index_in(reported["cache"], value_set=pa.array(names, pa.string())).to_numpy().astype(np.int64)
+              << 32) | reported["contested_rank"].to_numpy()
+        by_rank = np.argsort(at)
+        self.reported_at = at[by_rank]
+        self.accepted_after = pc.fill_null(reported["accepted_after"], 0).to_numpy()[by_rank]
+
+    def of(self, ranks: Ranks, part: slice, cache: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each of ``ranks``' messages in ``part`` (in ``cache``, an index): its acceptance's
+        number in the batch, whether it has one, and its kind of verdict (an index in ``kinds``),
+        as transforms.verdicts gives them. An uncontested message with a key is accepted after the
+        uncontested acceptances up to it and the contested ones the kernel reported at the
+        contested message ranked just before it in its cache; a contested message is the kernel's."""
+        contested = ranks.in_contested[part]
+        free = ranks.keyed[part] & ~contested
+        seq = np.where(free, ranks.free_rank[part], 0)
+        if len(self.reported_at):
+            wanted = (cache[free].astype(np.int64) << 32) | ranks.contested_rank[part][free]
+            found = np.minimum(np.searchsorted(self.reported_at, wanted), len(self.reported_at) - 1)
+            seq[free] += np.where(self.reported_at[found] == wanted, self.accepted_after[found], 0)
+        rows = ranks.row_id[part][contested]
+        mine = np.minimum(np.searchsorted(self.row_id, rows), max(len(self.row_id) - 1, 0))
+        if len(rows) and (not len(self.row_id) or (self.row_id[mine] != rows).any()):
+            raise RuntimeError("the kernel gave no verdict for a message of a contested unit")
+        seq[contested], has_seq, kind = self.seq[mine], free, np.zeros(len(free), np.int8)
+        has_seq[contested], kind[contested] = self.has_seq[mine], self.kind[mine]
+        return seq, has_seq, kind
+
+    def dropped(self) -> pa.Table:
+        return self.verdict.filter(pc.equal(self.verdict["outcome"], kernel.DROPPED)).select(
+            DROPPED_SCHEMA.names).cast(DROPPED_SCHEMA)
+
+
+def _count(counts: dict[int, list], address: np.ndarray, cache: np.ndarray, kind: np.ndarray,
+           entered_us: np.ndarray | None, entered: np.ndarray | None) -> None:
+    """Add messages to ``counts`` (transforms.verdict_counts by a 64-bit code: the ``address``
+    hash, its sign kept, the ``cache``'s index and the ``kind``), and the latest instant each
+    group's messages ``entered`` a time or Apama cache with (``entered_us``)."""
+    code = (address.astype(np.int64) << 32) | (cache.astype(np.int64) << 8) | kind
+    groups, group, sizes = np.unique(code, return_inverse=True, return_counts=True)
+    latest = known = None
+    if entered is not None:
+        latest, known = np.full(len(groups), _NO_CLOCK), np.zeros(len(groups), bool)
+        np.maximum.at(latest, group[entered], entered_us[entered])
+        known[group[entered]] = True
+    for i, (value, size) in enumerate(zip(groups.tolist(), sizes.tolist(), strict=True)):
+        bucket = counts.setdefault(value, [0, None])
+        bucket[0] += size
+        if known is not None and known[i]:
+            bucket[1] = int(latest[i]) if bucket[1] is None else max(bucket[1], int(latest[i]))
