@@ -51,8 +51,8 @@ def test_the_driver_gives_the_verdicts_spark_gives(spark, monkeypatch, chunk):
     rows = messages.select(*unit_ranks.columns([])).toArrow()
     parent = spark.createDataFrame(PARENT, transforms.SNAPSHOT_SCHEMA)
     met = np.array([r[0] for r in parent.select(unit_ranks.key_hash()).collect()], np.int64)
-    ranks = unit_ranks.rank(rows, met)
-    units = unit_ranks.units(messages, spark.createDataFrame(ranks.by_line, unit_ranks.RANKS_SPARK_SCHEMA), [])
+    by_line, ranks = unit_ranks.rank(rows, met)
+    units = unit_ranks.units(messages, spark.createDataFrame(by_line, unit_ranks.RANKS_SPARK_SCHEMA), [])
     stream = transforms.in_unit_order_on_driver(transforms.decision_stream(units, parent).toArrow())
     decided = kernel.decide_table(stream.to_batches(), WINDOWS, "b1")
     starts = local_frame(spark, [(n, w.last_seq, w.clock_us, w.timed) for n, w in WINDOWS.items()],
@@ -89,6 +89,6 @@ def test_the_driver_gives_the_verdicts_spark_gives(spark, monkeypatch, chunk):
 
 def test_a_contested_message_the_kernel_did_not_decide_is_an_error(spark):
     messages = spark.createDataFrame(ROWS, KEYS)
-    ranks = unit_ranks.rank(messages.select(*unit_ranks.columns([])).toArrow(), np.empty(0, np.int64))
+    _, ranks = unit_ranks.rank(messages.select(*unit_ranks.columns([])).toArrow(), np.empty(0, np.int64))
     with pytest.raises(RuntimeError, match="no verdict"):
         driver_verdicts.decide(ranks, kernel.OUTPUT_SCHEMA.empty_table(), WINDOWS, {}, {}, copies=0, lookup=False)

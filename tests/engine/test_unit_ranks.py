@@ -50,8 +50,8 @@ def _by_spark(spark, messages, parent_keys):
 
 
 def _by_driver(spark, messages, met_hashes):
-    ranks = unit_ranks.rank(messages.select(*unit_ranks.columns([])).toArrow(), met_hashes)
-    units = unit_ranks.units(messages, spark.createDataFrame(ranks.by_line, unit_ranks.RANKS_SPARK_SCHEMA), [])
+    by_line, ranks = unit_ranks.rank(messages.select(*unit_ranks.columns([])).toArrow(), met_hashes)
+    units = unit_ranks.units(messages, spark.createDataFrame(by_line, unit_ranks.RANKS_SPARK_SCHEMA), [])
     got = {r["row_id"]: tuple(r[c] for c in RANKED) for r in units.collect()}
     assert ranks.contested == sum(r[2] for r in got.values())
     return got
@@ -131,8 +131,8 @@ def test_the_driver_finds_quiet_senders_and_resting_entries_as_spark_does(spark)
     got, quiet_hashes = unit_ranks.quiet_senders(rows, {hashes[c]: w for c, w in WINDOWS.items()},
                                                  unit_ranks.held(parent).toArrow())
     assert dict(zip(rows["row_id"].to_pylist(), got.tolist(), strict=True)) == expected
-    ranks = unit_ranks.rank(rows, np.empty(0, np.int64), got)
-    units = unit_ranks.units(messages, spark.createDataFrame(ranks.by_line, unit_ranks.RANKS_SPARK_SCHEMA),
+    by_line, _ = unit_ranks.rank(rows, np.empty(0, np.int64), got)
+    units = unit_ranks.units(messages, spark.createDataFrame(by_line, unit_ranks.RANKS_SPARK_SCHEMA),
                              list(WINDOWS))
     assert {r["row_id"]: r["quiet"] for r in units.collect()} == expected
     assert {r["row_id"] for r in units.filter("sequential").collect()} == {r[0] for r in SENT_ROWS if r[4] in WINDOWS}

@@ -506,6 +506,7 @@ class _Ranked:
     """The units' ranks the driver found (``_ranks``), and the parent's state the batch's key
     hashes meet, kept (None: the parent has none of that kind)."""
 
+    by_line: DataFrame  # unit_ranks.RANKS_SCHEMA
     ranks: unit_ranks.Ranks
     caches: dict[int, str]  # the batch's caches by unit_ranks.cache_hash
     stream_rows: int | None  # rows of the kernel's stream, where the driver knows them (no Apama cache)
@@ -549,13 +550,16 @@ def _ranks(spark: SparkSession, rows: pa.Table, parent: _Parent, windows: dict, 
             queued = named.filter(~F.col("resting")).select(*transforms.SNAPSHOT_COLUMNS)
             resting = named.filter("resting").select(*transforms.SNAPSHOT_COLUMNS)
     met_hashes = np.unique(np.concatenate([np.empty(0, np.int64), *(hit.to_numpy() for hit in met)]))
-    ranks = unit_ranks.rank(rows, met_hashes, quiet)
-    if ranks is None:
+    found = unit_ranks.rank(rows, met_hashes, quiet)
+    if found is None:
         return None
+    # the ranks by line, in the JVM at once (the driver keeps each message's for its verdicts only)
+    by_line, ranks = spark.createDataFrame(found[0], unit_ranks.RANKS_SPARK_SCHEMA), found[1]
+    del found
     # the kernel's stream: the contested messages and the entries met (Apama's passive messages
     # and queue entries would need a count)
     stream_rows = None if apama else ranks.contested + (0 if counted_met is None else len(counted_met))
-    return _Ranked(ranks, caches, stream_rows, counted, left, queued, resting)
+    return _Ranked(by_line, ranks, caches, stream_rows, counted, left, queued, resting)
 
 
 def _held(spark: SparkSession, parent: _Parent) -> pa.Table:
@@ -575,8 +579,7 @@ def _decide_ranked(spark: SparkSession, messages: DataFrame, ranked: _Ranked, wi
     verdicts, and numbers the delivered ones by line if ``by_line`` (planning.looks_up_by_line)."""
     apama = cache_windows.of_policy(windows, APAMA)
     # kept, computed by the first pass that reads them (the kernel's stream)
-    units = _kept(unit_ranks.units(messages, spark.createDataFrame(ranked.ranks.by_line,
-                                                                   unit_ranks.RANKS_SPARK_SCHEMA), apama), kept)
+    units = _kept(unit_ranks.units(messages, ranked.by_line, apama), kept)
     kernel_entries = None if ranked.counted is None else _union(ranked.counted, ranked.queued)
     verdicts, decisions, held = _verdicts(spark, units, kernel_entries, copies, windows, batch_id, kept,
                                           ranked.stream_rows)

@@ -142,7 +142,7 @@ class _KernelVerdicts:
         contested message ranked just before it in its cache; a contested message is the kernel's."""
         contested = ranks.in_contested[part]
         free = ranks.keyed[part] & ~contested
-        seq = np.where(free, ranks.free_rank[part], 0)
+        seq = np.where(free, ranks.free_rank[part].astype(np.int64), 0)
         if len(self.reported_at):
             wanted = (cache[free].astype(np.int64) << 32) | ranks.contested_rank[part][free]
             found = np.minimum(np.searchsorted(self.reported_at, wanted), len(self.reported_at) - 1)

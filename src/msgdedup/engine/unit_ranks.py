@@ -158,24 +158,24 @@ def positions(rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass(frozen=True)
 class Ranks:
-    """``rank``'s answer: the units and ranks by line, for Spark (``units``), and each message's
-    own, in the order of the rows ranked, for the driver's verdicts (driver_verdicts.py)."""
+    """Each message's units and ranks, in the order of the rows ranked, for the driver's verdicts
+    (driver_verdicts.py), and how many messages are in contested units (``rank``)."""
 
-    by_line: pa.Table         # RANKS_SCHEMA
-    contested: int            # messages in contested units
+    contested: int
     row_id: np.ndarray
     keyed: np.ndarray         # the message has a cache
     cache_hash: np.ndarray    # cache_hash(), 0 where not keyed
     address_hash: np.ndarray  # address_hash()
     unit_us: np.ndarray
     in_contested: np.ndarray  # its unit is contested
-    free_rank: np.ndarray     # 0 where not keyed
+    free_rank: np.ndarray     # 0 where not keyed; 32 bits, as RANKS_SCHEMA's
     contested_rank: np.ndarray
 
 
-def rank(rows: pa.Table, met_hashes: np.ndarray, quiet: np.ndarray | None = None) -> Ranks | None:
+def rank(rows: pa.Table, met_hashes: np.ndarray, quiet: np.ndarray | None = None) -> tuple[pa.Table, Ranks] | None:
     """The ranks of ``rows`` (``COLLECTED``: every valid message of the batch, no message id
-    repeated); None where they do not fit Spark's arrays. ``met_hashes``: the key hashes of the
+    repeated), by line for Spark (RANKS_SCHEMA, ``units``) and by message for the driver; None
+    where they do not fit Spark's arrays. ``met_hashes``: the key hashes of the
     parent's entries (and left keys, and named queue entries) that the batch's keys have;
     ``quiet``: which rows have a quiet sender (``quiet_senders``; None: no row)."""
     row_id = rows["row_id"].to_numpy()
@@ -204,8 +204,8 @@ def rank(rows: pa.Table, met_hashes: np.ndarray, quiet: np.ndarray | None = None
                               "free_rank": free_rank, "contested_rank": contested_rank}, keyed)
     if ranks is None:
         return None
-    return Ranks(ranks, int(contested.sum()), row_id, keyed, cache, rows["address_hash"].to_numpy(), unit_us,
-                 contested, free_rank, contested_rank)
+    return ranks, Ranks(int(contested.sum()), row_id, keyed, cache, rows["address_hash"].to_numpy(), unit_us,
+                        contested, free_rank.astype(np.int32), contested_rank.astype(np.int32))
 
 
 def _by_line(row_id: np.ndarray, values: dict[str, np.ndarray], keyed: np.ndarray) -> pa.Table | None:
