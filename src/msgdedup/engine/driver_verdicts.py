@@ -122,17 +122,16 @@ class _KernelVerdicts:
             pairs.indices.to_numpy()][by_row]
         # the number in the batch of the acceptances it made: its cache_seq less its cache's
         # counter before the batch (line_lookup's ``seq_in_batch``)
-        index = pc.index_in(verdict["cache"], value_set=pa.array(names, pa.string()))
+        cache = pc.fill_null(pc.index_in(verdict["cache"], value_set=pa.array(names, pa.string())),
+                             len(names)).to_numpy().astype(np.int64)  # len(names): no cache
         last_seq = np.array([windows[name].last_seq for name in names] + [0], np.int64)
-        self.seq = (pc.fill_null(verdict["cache_seq"], 0).to_numpy()
-                    - last_seq[pc.fill_null(index, len(names)).to_numpy()])[by_row]
+        self.seq = (pc.fill_null(verdict["cache_seq"], 0).to_numpy() - last_seq[cache])[by_row]
         self.has_seq = verdict["cache_seq"].is_valid().to_numpy(zero_copy_only=False)[by_row]
-        reported = verdict.filter(verdict["cache"].is_valid())
-        at = (pc.index_in(reported["cache"], value_set=pa.array(names, pa.string())).to_numpy().astype(np.int64)
-              << 32) | reported["contested_rank"].to_numpy()
+        keyed = verdict["cache"].is_valid()
+        at = (cache[keyed.to_numpy(zero_copy_only=False)] << 32) | verdict["contested_rank"].filter(keyed).to_numpy()
         by_rank = np.argsort(at)
         self.reported_at = at[by_rank]
-        self.accepted_after = pc.fill_null(reported["accepted_after"], 0).to_numpy()[by_rank]
+        self.accepted_after = pc.fill_null(verdict["accepted_after"].filter(keyed), 0).to_numpy()[by_rank]
 
     def of(self, ranks: Ranks, part: slice, cache: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Each of ``ranks``' messages in ``part`` (in ``cache``, an index): its acceptance's
