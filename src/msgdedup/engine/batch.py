@@ -258,9 +258,12 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     # the arrays fit the driver (line_lookup.py); else they are joined, broadcast when they fit.
     instants = any(w.timed for w in windows.values())
     starts = _starts(spark, windows)
-    lookup = None
-    if not keys_in_verdicts and looks_up_by_line(spark, input_lines, instants):
-        lookup = _lookup(spark, verdicts, starts, instants) if decided.driver is None else decided.driver.lookup
+    if decided.driver is not None:  # numbered by the driver where looks_up_by_line let it (else None)
+        lookup = decided.driver.lookup
+    elif not keys_in_verdicts and looks_up_by_line(spark, input_lines, instants):
+        lookup = _lookup(spark, verdicts, starts, instants)
+    else:
+        lookup = None
     entries = _union(transforms.acceptances(verdicts, txn.batch_id), parent.counted)
     staged = {
         "delivered": transforms.delivered(messages, verdicts_of(kernel.DELIVERED)) if lookup is None

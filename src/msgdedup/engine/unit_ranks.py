@@ -175,9 +175,9 @@ class Ranks:
 def rank(rows: pa.Table, met_hashes: np.ndarray, quiet: np.ndarray | None = None) -> tuple[pa.Table, Ranks] | None:
     """The ranks of ``rows`` (``COLLECTED``: every valid message of the batch, no message id
     repeated), by line for Spark (RANKS_SCHEMA, ``units``) and by message for the driver; None
-    where they do not fit Spark's arrays. ``met_hashes``: the key hashes of the
-    parent's entries (and left keys, and named queue entries) that the batch's keys have;
-    ``quiet``: which rows have a quiet sender (``quiet_senders``; None: no row)."""
+    where they do not fit Spark's arrays. ``met_hashes``: the key hashes of the parent's entries
+    (and left keys, and named queue entries) that the batch's keys have; ``quiet``: which rows
+    have a quiet sender (``quiet_senders``; None: no row)."""
     row_id = rows["row_id"].to_numpy()
     keyed = rows["key_hash"].is_valid().to_numpy(zero_copy_only=False)
     key = pc.fill_null(rows["key_hash"], 0).to_numpy()
