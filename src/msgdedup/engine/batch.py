@@ -212,7 +212,7 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     source_files = [f.path for f in files]
     decided = (_decide_on_driver(spark, keys, parent, windows, txn.batch_id, source_files, kept) if on_driver
                else _decide_in_spark(spark, keys, parent, windows, txn.batch_id, source_files, kept, input_lines,
-                                     addresses))
+                                     addresses, bool(settings.audit_horizon)))
     tally = decided.tally
     verdicts = decided.verdicts
     # The driver's verdicts leave only the snapshot to read these, in one pass; the audit, or a
@@ -354,7 +354,8 @@ class _Decided:
 
     verdicts: DataFrame      # transforms.VERDICT_COLUMNS
     copies: DataFrame        # row_id, error: repeated message ids (transforms.copies)
-    repeated_keys: DataFrame  # cache, dedup_key
+    # What only the window-miss audit reads (None where it is off and the plan needs none of them):
+    repeated_keys: DataFrame | None  # cache, dedup_key
     entries_met: DataFrame | None  # the parent's count and time entries the batch's keys meet
     left_met: DataFrame | None     # the parent's left keys the batch's keys meet
     apama_entries: DataFrame  # the Apama caches' queues after the batch (SNAPSHOT_COLUMNS)
@@ -374,14 +375,15 @@ class _DriverVerdicts:
 
 
 def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, windows: dict, batch_id: str,
-                     source_files: list[str], kept: list[DataFrame], input_lines: int, addresses: set[str]
-                     ) -> _Decided:
+                     source_files: list[str], kept: list[DataFrame], input_lines: int, addresses: set[str],
+                     audited: bool) -> _Decided:
     """transforms.py's plan: uncontested units by joins and windows, in parallel; contested ones
     through the kernel, on the driver when they are few (planning.kernel_on_driver), else in one
     Spark task. Where the units are, which are contested, their ranks in their caches and the
     Apama caches' quiet senders, the driver finds where they fit it (``_ranks``,
     planning.ranks_on_driver); else a window over the transactions, an aggregation of the keys, a
-    window over every keyed message and one of the senders do."""
+    window over every keyed message and one of the senders do. ``audited``: the window-miss audit
+    is on (only it reads the repeated keys of a batch ranked on the driver)."""
     apama = cache_windows.of_policy(windows, APAMA)
     # the key columns, computed once from the parsed rows (kept on disk, wide) by the first pass
     # and read from here by the next ones
@@ -421,7 +423,7 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
             by_line = looks_up_by_line(spark, input_lines, any(w.timed for w in windows.values()))
             decided = _decide_ranked(spark, messages, found, windows, batch_id, copies, kept, copy_rows,
                                      _names_by_hash(spark, sorted(addresses), unit_ranks.address_hash(), "address"),
-                                     by_line)
+                                     by_line, audited)
             del found  # each message's ranks (unit_ranks.Ranks): not held while the outputs are written
             driver_memory.release()
             return decided
@@ -574,12 +576,14 @@ def _held(spark: SparkSession, parent: _Parent) -> pa.Table:
 
 def _decide_ranked(spark: SparkSession, messages: DataFrame, ranked: _Ranked, windows: dict, batch_id: str,
                    copies: DataFrame, kept: list[DataFrame], copy_rows: int, addresses: dict[int, str] | None,
-                   by_line: bool) -> _Decided:
+                   by_line: bool, audited: bool) -> _Decided:
     """``_decide_in_spark`` for a batch whose units the driver placed and ranked (``_ranks``):
     ``messages`` (transforms.messages, from kept rows); ``copies``: its repeated message ids
     (transforms.copies), ``copy_rows`` of them. Where the kernel runs on the driver too and the
     batch's ``addresses`` are told apart by their hash (else None), the driver tallies the
-    verdicts, and numbers the delivered ones by line if ``by_line`` (planning.looks_up_by_line)."""
+    verdicts, and numbers the delivered ones by line if ``by_line`` (planning.looks_up_by_line).
+    The repeated keys and the parent's entries and left keys they meet are found only if
+    ``audited`` (the window-miss audit is on): nothing else reads them."""
     apama = cache_windows.of_policy(windows, APAMA)
     # kept, computed by the first pass that reads them (the kernel's stream)
     units = _kept(unit_ranks.units(messages, ranked.by_line, apama), kept)
@@ -598,19 +602,21 @@ def _decide_ranked(spark: SparkSession, messages: DataFrame, ranked: _Ranked, wi
     else:  # the tally, the outputs and the snapshot read them
         verdicts = _kept(verdicts, kept)
         tally = _Tally(transforms.verdict_counts(verdicts).collect())
+    queues = _queues(spark, decisions, apama, ranked.resting)
+    if not audited:
+        return _Decided(verdicts, copies, None, None, None, *queues, tally, driver=driver)
     stream = None if held is None else held.stream
-    # What the audit reads of the deciding (only with the audit on; what it reads twice is kept,
-    # computed once, by its first pass), exact: every message of a key that repeats, or that the
-    # parent's entries or record hold, is contested. The contested messages' keys are in the
-    # kernel's stream, where the driver holds it: else a pass over the units finds them.
+    # What the audit reads of the deciding (what it reads twice is kept, computed once, by its
+    # first pass), exact: every message of a key that repeats, or that the parent's entries or
+    # record hold, is contested. The contested messages' keys are in the kernel's stream, where
+    # the driver holds it: else a pass over the units finds them.
     contested_keys = (_kept(transforms.batch_keys(units.filter("contested")), kept) if stream is None
                       else spark.createDataFrame(unit_ranks.contested_keys(stream), unit_ranks.KEY_COUNTS_SPARK_SCHEMA))
     entries_met, left_met = (None if hit is None else _kept(hit.join(
         _broadcast_if_small(contested_keys.select("cache", "dedup_key"), ranked.ranks.contested),
         ["cache", "dedup_key"], "left_semi"), kept) for hit in (ranked.counted, ranked.left))
     repeated_keys = transforms.repeated_keys(contested_keys, entries_met)  # read once, by the audit's candidates
-    return _Decided(verdicts, copies, repeated_keys, entries_met, left_met,
-                    *_queues(spark, decisions, apama, ranked.resting), tally, driver=driver)
+    return _Decided(verdicts, copies, repeated_keys, entries_met, left_met, *queues, tally, driver=driver)
 
 
 def _names_by_hash(spark: SparkSession, names: list[str], hashed: Column, column: str) -> dict[int, str] | None:
