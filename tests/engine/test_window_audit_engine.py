@@ -4,7 +4,7 @@ import pytest
 
 from msgdedup.config import parse_settings
 from msgdedup.engine.batch import run_batch
-from msgdedup.engine.planning import DRIVER_DECIDE_LINES_CONF
+from msgdedup.engine.planning import DRIVER_DECIDE_LINES_CONF, DRIVER_KERNEL_ROWS_CONF
 from msgdedup.reference_model import ReferenceModel
 
 from tests.engine.support import message, model_view, outcome_view, write_batch
@@ -13,12 +13,17 @@ SETTINGS = parse_settings({"address_settings": {"#": {"id_cache_size": 2}}, "win
 H5, H6 = "2026-11-21T05", "2026-11-21T06"
 
 
-@pytest.fixture(params=["driver", "spark"])
+@pytest.fixture(params=["driver", "kernel on driver", "spark"])
 def planned(request, spark):
-    """Both plans: the small batch decided on the driver, and in Spark (engine/batch.py)."""
-    if request.param == "spark":
+    """The plans (engine/batch.py): the small batch decided on the driver; decided in Spark with
+    its kernel on the driver; and with its kernel in a Spark task. The first two audit on the
+    driver (driver_audit.py), the last in Spark (audit.py)."""
+    if request.param != "driver":
         spark.conf.set(DRIVER_DECIDE_LINES_CONF, "-1")
+    if request.param == "spark":
+        spark.conf.set(DRIVER_KERNEL_ROWS_CONF, "-1")
     yield spark
+    spark.conf.unset(DRIVER_KERNEL_ROWS_CONF)
     spark.conf.unset(DRIVER_DECIDE_LINES_CONF)
 
 

@@ -28,8 +28,8 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
 from msgdedup import __version__, driver_memory, exit_codes
 from msgdedup.config import APAMA, TIME, AddressSettings, ConfigError, load_settings
-from msgdedup.engine import audit, driver_decide, driver_verdicts, kernel, line_lookup, manifest as manifests, \
-    parsing, transforms, unit_ranks, windows as cache_windows
+from msgdedup.engine import audit, driver_audit, driver_decide, driver_verdicts, kernel, line_lookup, \
+    manifest as manifests, parsing, transforms, unit_ranks, windows as cache_windows
 from msgdedup.engine.filesystem import HadoopFS
 from msgdedup.engine.planning import (
     BROADCAST_ROW_BYTES, KEY_HASH_BYTES, OUTPUT_VERDICT_BYTES, application_settings, broadcast_rows,
@@ -215,8 +215,9 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
                                      addresses, bool(settings.audit_horizon)))
     tally = decided.tally
     verdicts = decided.verdicts
-    # The driver's verdicts leave only the snapshot to read these, in one pass; the audit, or a
-    # delivered output not looked up by line, is a second one
+    # The driver's verdicts leave only the snapshot to read these, in one pass; the audit's record
+    # of keys that left (and its candidates, where the driver does not hold the contested
+    # verdicts), or a delivered output not looked up by line, is a second one
     if decided.driver is not None and (settings.audit_horizon or decided.driver.lookup is None):
         verdicts = _kept(verdicts, kept)
     caches = manifests.cache_counters(windows, tally.accepted_per_cache(),
@@ -226,17 +227,21 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     # the window-miss audit (§9): misses among the keys that can have an earlier acceptance
     window_audit, bounds = {}, None
     if settings.audit_horizon:
-        bounds = local_frame(spark, audit.bounds_rows(caches, settings.audit_horizon), audit.BOUNDS_SCHEMA)
+        bound_rows = audit.bounds_rows(caches, settings.audit_horizon)
+        bounds = local_frame(spark, bound_rows, audit.BOUNDS_SCHEMA)
         met = [frame.select(*audit.ENTRY_COLUMNS) for frame in (decided.entries_met, decided.left_met)
                if frame is not None]
         earlier = met[0].unionByName(met[1]) if len(met) == 2 else (
             met[0] if met else local_frame(spark, [], audit.ENTRY_SCHEMA))
-        candidates = audit.audit_candidates(verdicts,
-                                            audit.audit_keys(decided.repeated_keys, decided.left_met))
-        if not on_driver:  # read twice, and found by a pass over every verdict: kept
-            candidates = _kept(candidates, kept)
-        misses = audit.window_misses(candidates, earlier, bounds, txn.batch_id)
-        window_audit = audit.report(caches, audit.summary(misses).collect())
+        if decided.audited_on_driver is not None:  # the parent's entries met are few: collected
+            found = driver_audit.summary(decided.audited_on_driver, earlier.toArrow(), bound_rows, txn.batch_id)
+        else:
+            candidates = audit.audit_candidates(verdicts,
+                                                audit.audit_keys(decided.repeated_keys, decided.left_met))
+            if not on_driver:  # read twice, and found by a pass over every verdict: kept
+                candidates = _kept(candidates, kept)
+            found = audit.summary(audit.window_misses(candidates, earlier, bounds, txn.batch_id)).collect()
+        window_audit = audit.report(caches, found)
     timer.lap("audit")
 
     # 3. stage the outputs: each output joins the verdicts it keeps to the wide rows. A batch
@@ -363,6 +368,9 @@ class _Decided:
     tally: _Tally
     on_driver: driver_decide.Decision | None = None  # the driver's plan: its tables
     driver: _DriverVerdicts | None = None  # a batch ranked on the driver whose kernel ran there
+    # the audit on, where the driver holds the verdicts it reads (all, or the contested messages'):
+    # driver_audit.VERDICT_COLUMNS; None: audit.py reads ``verdicts`` in Spark
+    audited_on_driver: pa.Table | None = None
 
 
 @dataclass(frozen=True)
@@ -612,9 +620,15 @@ def _decide_ranked(spark: SparkSession, messages: DataFrame, ranked: _Ranked, wi
     # the driver holds it: else a pass over the units finds them.
     contested_keys = (_kept(transforms.batch_keys(units.filter("contested")), kept) if stream is None
                       else spark.createDataFrame(unit_ranks.contested_keys(stream), unit_ranks.KEY_COUNTS_SPARK_SCHEMA))
-    entries_met, left_met = (None if hit is None else _kept(hit.join(
+    met = [None if hit is None else hit.join(
         _broadcast_if_small(contested_keys.select("cache", "dedup_key"), ranked.ranks.contested),
-        ["cache", "dedup_key"], "left_semi"), kept) for hit in (ranked.counted, ranked.left))
+        ["cache", "dedup_key"], "left_semi") for hit in (ranked.counted, ranked.left)]
+    if held is not None:
+        # The audit runs on the driver (driver_audit.py), from the contested messages' verdicts,
+        # which hold every one it reads, and the parent's entries met, collected once
+        return _Decided(verdicts, copies, None, *met, *queues, tally, driver=driver,
+                        audited_on_driver=unit_ranks.contested_verdicts(stream, held.decisions, windows))
+    entries_met, left_met = (None if frame is None else _kept(frame, kept) for frame in met)
     repeated_keys = transforms.repeated_keys(contested_keys, entries_met)  # read once, by the audit's candidates
     return _Decided(verdicts, copies, repeated_keys, entries_met, left_met, *queues, tally, driver=driver)
 
@@ -668,7 +682,7 @@ def _decide_on_driver(spark: SparkSession, key_rows: pa.Table, parent: _Parent, 
     return _Decided(frame(decision.verdicts), frame(decision.copies),
                     frame(decision.repeated_keys), met, left_met,
                     frame(decision.apama_entries).select(*transforms.SNAPSHOT_COLUMNS), decision.apama_clocks,
-                    _Tally(decision.tally), decision)
+                    _Tally(decision.tally), decision, audited_on_driver=decision.verdicts)
 
 
 def _parent_snapshot(spark: SparkSession, warehouse: Warehouse, parent: str | None,

@@ -32,6 +32,7 @@ quiet senders, whose messages and entries the kernel then sees, as it sees a lou
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -43,6 +44,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from msgdedup.engine import kernel, transforms
 from msgdedup.engine.line_lookup import per_file_lists
 from msgdedup.engine.parsing import LINE_BITS, LINE_MASK
+from msgdedup.engine.windows import CacheWindow
 from msgdedup.repeats import repeated_values
 
 # What the driver collects of every valid message (``columns``).
@@ -242,6 +244,27 @@ def contested_keys(stream: pa.Table) -> pa.Table:
     counted = messages.group_by(["cache", "dedup_key"]).aggregate([([], "count_all")])
     return counted.select(["cache", "dedup_key", "count_all"]).rename_columns(KEY_COUNTS_SCHEMA.names).cast(
         KEY_COUNTS_SCHEMA)
+
+
+def contested_verdicts(stream: pa.Table, decisions: pa.Table, windows: Mapping[str, CacheWindow]) -> pa.Table:
+    """The kernel's verdicts of the contested messages with their keys, units and instants
+    (driver_audit.VERDICT_COLUMNS, as transforms.verdicts gives them), from its ``stream``
+    (transforms.decision_stream) and its output (kernel.OUTPUT_SCHEMA) that the driver holds:
+    what the window-miss audit reads of the verdicts is among them. A message of a key that
+    repeats, or that the parent's entries or record hold, is contested, and so is every message
+    of its transaction (``_ranks``); the passive ones (uncontested, of Apama caches) are not."""
+    messages = stream.filter(pc.and_(pc.equal(stream["phase"], kernel.MESSAGE_PHASE), pc.invert(stream["passive"])))
+    verdicts = decisions.filter(pc.equal(decisions["kind"], kernel.VERDICT)).select(["row_id", "outcome", "cache_seq"])
+    joined = messages.select(["row_id", "unit_row", "unit_us", "cache", "dedup_key", "message_id"]).join(
+        verdicts, "row_id", join_type="inner")
+    # an acceptance on a time or Apama cache enters at the later of its unit's instant and the
+    # cache's time before the batch (§8.4)
+    clocks = {name: w.clock_us for name, w in windows.items() if w.timed}
+    entered = [None if seq is None or cache not in clocks else max(unit_us, unit_us if clocks[cache] is None
+                                                                   else clocks[cache])
+               for cache, seq, unit_us in zip(joined["cache"].to_pylist(), joined["cache_seq"].to_pylist(),
+                                              joined["unit_us"].to_pylist(), strict=True)]
+    return joined.append_column("received_at_us", pa.array(entered, pa.int64()))
 
 
 def named_entries(parent_apama: DataFrame, batch_hashes: DataFrame, quiet_hashes: DataFrame) -> DataFrame:
