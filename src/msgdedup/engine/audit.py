@@ -34,11 +34,12 @@ AUDITED = (COUNT, TIME)
 _LONGEST = 2 ** 62  # a reach beyond any cache_seq or instant difference, that still fits in a long
 
 
-def left_keys(entries: DataFrame, parent_left: DataFrame | None, bounds: DataFrame) -> DataFrame:
+def left_keys(entries: DataFrame | None, parent_left: DataFrame | None, bounds: DataFrame) -> DataFrame:
     """The keys the caches remember as having left their window (§9) after this batch.
 
-    ``entries``: the parent snapshot and this batch's acceptances (``transforms.acceptances``);
-    those outside their cache's new snapshot have left: at or below ``floor`` (counter - count
+    ``entries``: the parent snapshot and this batch's acceptances (``transforms.acceptances``;
+    the parent's alone where none of the batch's can have left, ``acceptances_may_leave``; None:
+    neither has any); those outside their cache's new snapshot have left: at or below ``floor`` (counter - count
     limit) or before ``oldest_us`` (time - duplicate_window), the limits ``transforms.snapshot``
     keeps. The parent's record (``parent_left``) has left already, whatever its seq: an entry a
     smaller window dropped does not come back when the window grows (§5). Both are kept while
@@ -47,10 +48,29 @@ def left_keys(entries: DataFrame, parent_left: DataFrame | None, bounds: DataFra
     bounded = F.broadcast(bounds)
     remembered = ((F.col("remembered_seq").isNull() | (F.col("cache_seq") > F.col("remembered_seq")))
                   & (F.col("remembered_us").isNull() | (F.col("received_at_us") >= F.col("remembered_us"))))
-    left = entries.join(bounded, "cache").filter(~transforms.within_limits() & remembered).select(*ENTRY_COLUMNS)
+    parts = []
+    if entries is not None:
+        parts.append(entries.join(bounded, "cache").filter(~transforms.within_limits() & remembered)
+                     .select(*ENTRY_COLUMNS))
     if parent_left is not None:
-        left = left.unionByName(parent_left.join(bounded, "cache").filter(remembered).select(*ENTRY_COLUMNS))
-    return left
+        parts.append(parent_left.join(bounded, "cache").filter(remembered).select(*ENTRY_COLUMNS))
+    return parts[0].unionByName(parts[1]) if len(parts) == 2 else parts[0]
+
+
+def acceptances_may_leave(caches: dict[str, dict], accepted: dict[str, int]) -> bool:
+    """Whether one of the batch's acceptances (``accepted``: per cache) can be out of its audited
+    cache's snapshot already (``caches``: the manifest's, after the batch), so that ``left_keys``
+    must read them: on a count window only where the batch accepted more keys than it holds
+    (its acceptances are the last ones, up to ``last_seq``); on a time window whenever it
+    accepted any (a batch can span more than the window). Otherwise only the parent's entries
+    and record can have left."""
+    for name, cache in caches.items():
+        if cache["policy"] not in AUDITED or not accepted.get(name):
+            continue
+        floor, oldest_us = transforms.snapshot_limits(cache)
+        if oldest_us is not None or (floor is not None and cache["last_seq"] - accepted[name] < floor):
+            return True
+    return False
 
 
 def audit_keys(repeated_keys: DataFrame, left_met: DataFrame | None) -> DataFrame:

@@ -215,13 +215,15 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
                                      addresses, bool(settings.audit_horizon)))
     tally = decided.tally
     verdicts = decided.verdicts
-    # The driver's verdicts leave only the snapshot to read these, in one pass; the audit's record
-    # of keys that left (and its candidates, where the driver does not hold the contested
-    # verdicts), or a delivered output not looked up by line, is a second one
-    if decided.driver is not None and (settings.audit_horizon or decided.driver.lookup is None):
-        verdicts = _kept(verdicts, kept)
     caches = manifests.cache_counters(windows, tally.accepted_per_cache(),
                                       tally.clocks(windows, decided.apama_clocks))
+    # the audit's record of keys that left reads the batch's acceptances only where one can have
+    # left already (usually none: a count cache holds more than a batch accepts)
+    leaving = bool(settings.audit_horizon) and audit.acceptances_may_leave(caches, tally.accepted_per_cache())
+    # The driver's verdicts leave only the snapshot to read these, in one pass; that record, or a
+    # delivered output not looked up by line, is a second one
+    if decided.driver is not None and (leaving or decided.driver.lookup is None):
+        verdicts = _kept(verdicts, kept)
     timer.lap("decide")
 
     # the window-miss audit (§9): misses among the keys that can have an earlier acceptance
@@ -270,6 +272,7 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     else:
         lookup = None
     entries = _union(transforms.acceptances(verdicts, txn.batch_id), parent.counted)
+    left_from = entries if leaving else parent.counted  # the entries that can have left (None: none)
     staged = {
         "delivered": transforms.delivered(messages, verdicts_of(kernel.DELIVERED)) if lookup is None
         else line_lookup.delivered(messages, lookup, starts),
@@ -277,14 +280,15 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
         "quarantine": transforms.quarantine(
             invalid, valid, decided.copies if tally.of(transforms.QUARANTINED) else None),
         "id_cache": _new_snapshot(spark, decided, parent, entries, caches, apama, txn.batch_id),
-        LEFT_KEYS: audit.left_keys(entries, parent.left, bounds) if settings.audit_horizon
-        else local_frame(spark, [], audit.ENTRY_SCHEMA),  # the audit is off: nothing is remembered
+        LEFT_KEYS: audit.left_keys(left_from, parent.left, bounds)
+        if settings.audit_horizon and (left_from is not None or parent.left is not None)
+        else local_frame(spark, [], audit.ENTRY_SCHEMA),  # nothing is remembered (or the audit is off)
     }
     # Outputs the books show empty without a pass (no invalid line, no repeated message_id; the
-    # audit off) are written from the driver. The books still add up: every line is counted
-    # by the census and the other outputs' writes.
+    # audit off, or no entry that can have left) are written from the driver. The books still
+    # add up: every line is counted by the census and the other outputs' writes.
     empty = {"quarantine": tally.quarantined(input_lines) == 0,
-             LEFT_KEYS: not settings.audit_horizon}
+             LEFT_KEYS: not settings.audit_horizon or (left_from is None and parent.left is None)}
     paths = {name: f"{staging}/{name}" for name in staged}
     written = {}
     for name, frame in staged.items():
