@@ -33,6 +33,17 @@ VERDICT_COLUMNS = ["row_id", "outcome", "cache", "dedup_key", "cache_seq", "mess
                    "unit_row"]
 
 
+_KEYS = pa.schema([("cache", pa.string()), ("dedup_key", pa.string())])
+
+
+def _plain_keys(table: pa.Table) -> pa.Table:
+    """``table`` with its key columns as plain strings, so that its keys join another's."""
+    for field in _KEYS:
+        table = table.set_column(table.schema.get_field_index(field.name), field,
+                                 table[field.name].cast(field.type))
+    return table
+
+
 def summary(verdicts: pa.Table, earlier: pa.Table, bounds: Iterable[tuple], batch_id: str) -> list[dict]:
     """``audit.summary``'s rows (``cache``, ``misses``, ``max_missed_by``, ``covering``), for
     ``audit.report``: the misses among ``verdicts`` (VERDICT_COLUMNS at least) against the
@@ -40,28 +51,32 @@ def summary(verdicts: pa.Table, earlier: pa.Table, bounds: Iterable[tuple], batc
     record's entries, disjoint in cache_seq), per audited cache of ``bounds``
     (audit.bounds_rows)."""
     bounded = {row[0]: row for row in bounds}  # cache -> (cache, policy, window, reach, ...)
-    delivered = verdicts.filter(pc.and_(pc.equal(verdicts["outcome"], kernel.DELIVERED),
-                                        verdicts["cache"].is_valid()))
-    rows = delivered.select(VERDICT_COLUMNS).to_pylist()
+    audited = pa.array(sorted(bounded), pa.string())
+    delivered = _plain_keys(verdicts.filter(pc.and_(pc.equal(verdicts["outcome"], kernel.DELIVERED),
+                                                    pc.is_in(verdicts["cache"], value_set=audited))))
+    earlier = _plain_keys(earlier.filter(pc.is_in(earlier["cache"], value_set=audited)))
+    # Only a key accepted twice (by the parent, or again in this batch) can have been missed; the
+    # rest are filtered out in Arrow, so that few rows become Python objects.
+    keys = list(_KEYS.names)
+    counted = pa.concat_tables([delivered.select(keys), earlier.select(keys)])
+    counted = counted.group_by(keys).aggregate([([], "count_all")])
+    twice = counted.filter(pc.greater(counted["count_all"], 1)).select(keys)
     # A unit's lookup comes before its first acceptance on each cache: a transaction's is the
     # least cache_seq of its messages but its last (whose row_id is the unit's), a single
     # message's its own.
-    txn_first: dict[tuple, int] = {}
-    for r in rows:
-        if r["unit_row"] != r["row_id"]:
-            unit = (r["cache"], r["unit_row"])
-            txn_first[unit] = min(txn_first.get(unit, r["cache_seq"]), r["cache_seq"])
+    in_txn = delivered.filter(pc.not_equal(delivered["unit_row"], delivered["row_id"]))
+    txn_first = in_txn.group_by(["cache", "unit_row"]).aggregate([("cache_seq", "min")])
+    mine = (delivered.select(VERDICT_COLUMNS).join(twice, keys, join_type="left semi")
+            .join(txn_first, ["cache", "unit_row"], join_type="left outer"))
     # every acceptance of each key, the parent's and this batch's: (cache_seq, instant, unit's first, id, batch)
     history: dict[tuple, list[tuple]] = defaultdict(list)
-    for e in earlier.to_pylist():
-        if e["cache"] in bounded:
-            history[e["cache"], e["dedup_key"]].append(
-                (e["cache_seq"], e["received_at_us"], None, e["message_id"], e["accepted_batch_id"]))
-    for r in rows:
-        if r["cache"] in bounded:
-            history[r["cache"], r["dedup_key"]].append(
-                (r["cache_seq"], r["received_at_us"], txn_first.get((r["cache"], r["unit_row"]), r["cache_seq"]),
-                 r["message_id"], batch_id))
+    for e in earlier.join(twice, keys, join_type="left semi").to_pylist():
+        history[e["cache"], e["dedup_key"]].append(
+            (e["cache_seq"], e["received_at_us"], None, e["message_id"], e["accepted_batch_id"]))
+    for r in mine.to_pylist():
+        first = r["cache_seq"] if r["cache_seq_min"] is None else r["cache_seq_min"]
+        history[r["cache"], r["dedup_key"]].append(
+            (r["cache_seq"], r["received_at_us"], first, r["message_id"], batch_id))
     needed_by_cache: dict[str, list[int]] = defaultdict(list)
     missed_by: dict[str, int] = {}
     for (cache, _key), acceptances in history.items():
