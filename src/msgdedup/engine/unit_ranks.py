@@ -260,6 +260,8 @@ def contested_verdicts(stream: pa.Table, decisions: pa.Table, windows: Mapping[s
     # an acceptance on a time or Apama cache enters at the later of its unit's instant and the
     # cache's time before the batch (§8.4)
     clocks = {name: w.clock_us for name, w in windows.items() if w.timed}
+    if not clocks:
+        return joined.append_column("received_at_us", pa.nulls(joined.num_rows, pa.int64()))
     entered = [None if seq is None or cache not in clocks else max(unit_us, unit_us if clocks[cache] is None
                                                                    else clocks[cache])
                for cache, seq, unit_us in zip(joined["cache"].to_pylist(), joined["cache_seq"].to_pylist(),
