@@ -85,7 +85,7 @@ def _in_spark(spark, verdicts: pa.Table, earlier: pa.Table) -> list[dict]:
 @given(batch=batches())
 def test_the_driver_finds_the_misses_audit_py_finds(spark, batch):
     verdicts, earlier = batch
-    assert driver_audit.summary(verdicts, earlier, BOUNDS, BATCH) == _in_spark(spark, verdicts, earlier)
+    assert driver_audit.summary(verdicts, earlier, BOUNDS) == _in_spark(spark, verdicts, earlier)
 
 
 def test_a_transactions_miss_counts_from_its_first_acceptance():
@@ -102,7 +102,7 @@ def test_a_transactions_miss_counts_from_its_first_acceptance():
          "message_id": "n3", "address": "a", "received_at_us": None, "unit_row": 3},
     ], VERDICTS)
     bounds = [("c", "count", 2, 10, None, None, None, None)]
-    assert driver_audit.summary(verdicts, earlier, bounds, BATCH) == [
+    assert driver_audit.summary(verdicts, earlier, bounds) == [
         {"cache": "c", "misses": 1, "max_missed_by": 2, "covering": 4}]
 
 
@@ -116,5 +116,5 @@ def test_the_recommended_window_holds_99_percent_of_the_misses(needed, covering)
                                       "cache_seq": 1000, "message_id": f"m{i}", "address": "a",
                                       "received_at_us": None, "unit_row": i} for i, n in enumerate(needed)], VERDICTS)
     bounds = [("c", "count", 1, 10_000, None, None, None, None)]
-    [row] = driver_audit.summary(verdicts, earlier, bounds, BATCH)
+    [row] = driver_audit.summary(verdicts, earlier, bounds)
     assert (row["misses"], row["covering"], row["max_missed_by"]) == (len(needed), covering, max(needed) - 1)

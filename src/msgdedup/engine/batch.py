@@ -236,7 +236,7 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
         earlier = met[0].unionByName(met[1]) if len(met) == 2 else (
             met[0] if met else local_frame(spark, [], audit.ENTRY_SCHEMA))
         if decided.audited_on_driver is not None:  # the parent's entries met are few: collected
-            found = driver_audit.summary(decided.audited_on_driver, earlier.toArrow(), bound_rows, txn.batch_id)
+            found = driver_audit.summary(decided.audited_on_driver, earlier.toArrow(), bound_rows)
         else:
             candidates = audit.audit_candidates(verdicts,
                                                 audit.audit_keys(decided.repeated_keys, decided.left_met))

@@ -29,10 +29,7 @@ from msgdedup.config import AUDIT_COVERAGE, TIME
 from msgdedup.engine import kernel
 
 # What the audit reads of a verdict (transforms.VERDICT_COLUMNS).
-VERDICT_COLUMNS = ["row_id", "outcome", "cache", "dedup_key", "cache_seq", "message_id", "received_at_us",
-                   "unit_row"]
-
-
+VERDICT_COLUMNS = ["row_id", "outcome", "cache", "dedup_key", "cache_seq", "received_at_us", "unit_row"]
 _KEYS = pa.schema([("cache", pa.string()), ("dedup_key", pa.string())])
 
 
@@ -44,7 +41,7 @@ def _plain_keys(table: pa.Table) -> pa.Table:
     return table
 
 
-def summary(verdicts: pa.Table, earlier: pa.Table, bounds: Iterable[tuple], batch_id: str) -> list[dict]:
+def summary(verdicts: pa.Table, earlier: pa.Table, bounds: Iterable[tuple]) -> list[dict]:
     """``audit.summary``'s rows (``cache``, ``misses``, ``max_missed_by``, ``covering``), for
     ``audit.report``: the misses among ``verdicts`` (VERDICT_COLUMNS at least) against the
     parent's ``earlier`` acceptances of their keys (audit.ENTRY_COLUMNS: its snapshot's and its
@@ -68,15 +65,14 @@ def summary(verdicts: pa.Table, earlier: pa.Table, bounds: Iterable[tuple], batc
     txn_first = in_txn.group_by(["cache", "unit_row"]).aggregate([("cache_seq", "min")])
     mine = (delivered.select(VERDICT_COLUMNS).join(twice, keys, join_type="left semi")
             .join(txn_first, ["cache", "unit_row"], join_type="left outer"))
-    # every acceptance of each key, the parent's and this batch's: (cache_seq, instant, unit's first, id, batch)
+    # every acceptance of each key, the parent's and this batch's: (cache_seq, instant, the unit's
+    # first acceptance: None for the parent's)
     history: dict[tuple, list[tuple]] = defaultdict(list)
     for e in earlier.join(twice, keys, join_type="left semi").to_pylist():
-        history[e["cache"], e["dedup_key"]].append(
-            (e["cache_seq"], e["received_at_us"], None, e["message_id"], e["accepted_batch_id"]))
+        history[e["cache"], e["dedup_key"]].append((e["cache_seq"], e["received_at_us"], None))
     for r in mine.to_pylist():
         first = r["cache_seq"] if r["cache_seq_min"] is None else r["cache_seq_min"]
-        history[r["cache"], r["dedup_key"]].append(
-            (r["cache_seq"], r["received_at_us"], first, r["message_id"], batch_id))
+        history[r["cache"], r["dedup_key"]].append((r["cache_seq"], r["received_at_us"], first))
     needed_by_cache: dict[str, list[int]] = defaultdict(list)
     missed_by: dict[str, int] = {}
     for (cache, _key), acceptances in history.items():
