@@ -28,7 +28,7 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
 from msgdedup import __version__, driver_memory, exit_codes
 from msgdedup.config import APAMA, TIME, AddressSettings, ConfigError, load_settings
-from msgdedup.engine import audit, driver_audit, driver_decide, driver_verdicts, kernel, line_lookup, \
+from msgdedup.engine import audit, driver_audit, driver_decide, driver_digests, driver_verdicts, kernel, line_lookup, \
     manifest as manifests, parsing, transforms, unit_ranks, windows as cache_windows
 from msgdedup.engine.filesystem import HadoopFS
 from msgdedup.engine.planning import (
@@ -304,8 +304,12 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     # 4. check the books
     counts = _counts(input_lines, tally, written)
     digests = {}  # of the snapshot as written: what the next batch reads
-    snapshot = spark.read.schema(transforms.SNAPSHOT_SCHEMA).parquet(paths["id_cache"])
-    for name, cache in manifests.cache_digests(transforms.entry_digests(snapshot).collect()).items():
+    if isinstance(staged["id_cache"], pa.Table):  # the driver wrote it: digested there, not read back
+        parts = driver_digests.entry_digests(staged["id_cache"])
+    else:
+        parts = transforms.entry_digests(
+            spark.read.schema(transforms.SNAPSHOT_SCHEMA).parquet(paths["id_cache"])).collect()
+    for name, cache in manifests.cache_digests(parts).items():
         caches[name].update(entries=cache.entries, addresses=cache.addresses)
         digests[name] = cache.digest
     fingerprint = manifests.snapshot_fingerprint(caches, digests)

@@ -455,7 +455,7 @@ def snapshot(entries: DataFrame, limits: DataFrame, apama_entries: DataFrame, qu
 
 
 # What an entry's digest hashes (nulls hash as nothing).
-_DIGESTED = ["dedup_key", "cache_seq", "message_id", "received_at_us", "source_id", "queue"]
+DIGESTED = ["dedup_key", "cache_seq", "message_id", "received_at_us", "source_id", "queue"]
 
 
 def entry_digests(snapshot: DataFrame) -> DataFrame:
@@ -473,5 +473,5 @@ def entry_digests(snapshot: DataFrame) -> DataFrame:
     """
     return snapshot.groupBy("cache", "address").agg(
         F.count(F.lit(1)).alias("entries"),
-        F.bit_xor(F.xxhash64(*_DIGESTED)).alias("xor_a"),
-        F.bit_xor(F.xxhash64(F.lit(1), *_DIGESTED)).alias("xor_b"))
+        F.bit_xor(F.xxhash64(*DIGESTED)).alias("xor_a"),
+        F.bit_xor(F.xxhash64(F.lit(1), *DIGESTED)).alias("xor_b"))
