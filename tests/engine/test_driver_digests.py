@@ -76,3 +76,16 @@ def test_a_driver_plan_and_a_spark_plan_record_the_same_fingerprints(spark, tmp_
         assert driver["caches"] == in_spark["caches"]
         assert driver["snapshot_fingerprint"] == in_spark["snapshot_fingerprint"]
     assert recorded["driver"][1]["counts"]["dropped"] > 0
+
+
+def test_many_rows_of_one_length_are_hashed_in_slices(spark, monkeypatch):
+    """Rows of one byte length are gathered a slice at a time (a snapshot can hold a million
+    entries): the slices' hashes are the whole's."""
+    monkeypatch.setattr(driver_digests, "_GATHERED", 100)
+    table = _entries([{"cache": "q", "dedup_key": f"key-{i:05d}", "cache_seq": i, "message_id": f"m{i % 7}" * 9,
+                       "address": "q", "accepted_batch_id": "b0", "received_at_us": None, "source_id": None,
+                       "queue": None} for i in range(500)])
+    frame = spark.createDataFrame(table, transforms.SNAPSHOT_SCHEMA)
+    want = frame.select(F.xxhash64(*transforms.DIGESTED).alias("a")).toArrow()["a"].to_pylist()
+    got = driver_digests.xxhash64([table[name] for name in transforms.DIGESTED]).tolist()
+    assert got == [v & ((1 << 64) - 1) for v in want]

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 from msgdedup.engine import transforms
 
 SPARK_SEED = 42  # Spark's xxhash64(): XxHash64(children, 42)
+_GATHERED = 1 << 21  # bytes of one length hashed at once: a snapshot can hold a million entries
 
 _P1 = np.uint64(0x9E3779B185EBCA87)
 _P2 = np.uint64(0xC2B2AE3D27D4EB4F)
@@ -103,9 +104,12 @@ def _hash_strings(column: pa.Array, seed: np.ndarray) -> np.ndarray:
     lengths = np.diff(offsets)
     hashed = seed.copy()
     for length in np.unique(lengths):
-        rows = np.flatnonzero(lengths == length)
-        matrix = data[offsets[rows][:, None] + np.arange(length)]
-        hashed[rows] = _hash_bytes(matrix, seed[rows])
+        same = np.flatnonzero(lengths == length)
+        step = max(1, _GATHERED // max(int(length), 1))  # the bytes gathered at once (and 8 per index)
+        for start in range(0, len(same), step):
+            rows = same[start:start + step]
+            matrix = data[offsets[rows][:, None] + np.arange(length)]
+            hashed[rows] = _hash_bytes(matrix, seed[rows])
     return hashed
 
 
