@@ -125,8 +125,8 @@ def xxhash64(columns: list[pa.Array], first_int: int | None = None) -> np.ndarra
             if isinstance(column, pa.ChunkedArray):
                 column = column.combine_chunks()
             valid = column.is_valid().to_numpy(zero_copy_only=False)
-            if pa.types.is_integer(column.type):
-                values = pc.fill_null(column.cast(pa.int64()), 0).to_numpy().view(np.uint64)
+            if pa.types.is_int64(column.type):  # (Spark hashes a narrower integer as an int: not here)
+                values = pc.fill_null(column, 0).to_numpy().view(np.uint64)
                 hashed = _hash_long(values, h)
             elif pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
                 hashed = _hash_strings(column, h)
