@@ -215,11 +215,11 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
                                      addresses, bool(settings.audit_horizon)))
     tally = decided.tally
     verdicts = decided.verdicts
-    caches = manifests.cache_counters(windows, tally.accepted_per_cache(),
-                                      tally.clocks(windows, decided.apama_clocks))
+    accepted = tally.accepted_per_cache()
+    caches = manifests.cache_counters(windows, accepted, tally.clocks(windows, decided.apama_clocks))
     # the audit's record of keys that left reads the batch's acceptances only where one can have
     # left already (usually none: a count cache holds more than a batch accepts)
-    leaving = bool(settings.audit_horizon) and audit.acceptances_may_leave(caches, tally.accepted_per_cache())
+    leaving = bool(settings.audit_horizon) and audit.acceptances_may_leave(caches, accepted)
     # The driver's verdicts leave only the snapshot to read these, in one pass; that record, or a
     # delivered output not looked up by line, is a second one
     if decided.driver is not None and (leaving or decided.driver.lookup is None):
