@@ -149,11 +149,9 @@ def entry_digests(snapshot: pa.Table) -> list[dict]:
     width = len(address.dictionary) + 1  # the last code: no address
     code = (cache.indices.fill_null(len(cache.dictionary)).to_numpy().astype(np.int64) * width
             + address.indices.fill_null(width - 1).to_numpy().astype(np.int64))
-    groups, group_of = np.unique(code, return_inverse=True)
-    order = np.argsort(group_of, kind="stable")
-    starts = np.searchsorted(group_of[order], np.arange(len(groups)))
+    order = np.argsort(code, kind="stable")
+    groups, starts, counts = np.unique(code[order], return_index=True, return_counts=True)
     a, b = np.bitwise_xor.reduceat(xor_a[order], starts), np.bitwise_xor.reduceat(xor_b[order], starts)
-    counts = np.bincount(group_of, minlength=len(groups))
     caches, addresses = cache.dictionary.to_pylist() + [None], address.dictionary.to_pylist() + [None]
     return [{"cache": caches[g // width], "address": addresses[g % width], "entries": int(n),
              "xor_a": int(x), "xor_b": int(y)}
