@@ -71,7 +71,8 @@ def test_a_count_window_needs_no_instants(spark):
     starts = spark.createDataFrame([("c", 100)], STARTS)
     lookup = _lookup(spark, _verdicts(verdicts), starts, instants=False)
     assert lookup["entered_at_us"].null_count == 1
-    assert lookup["seq_in_batch"].to_pylist() == [[1, None, 3, None, 5]], "4 bytes a line: cache_seq - last_seq"
+    [seqs] = lookup["seq_in_batch"].to_pylist()
+    assert seqs[:7] == [None, 1, None, 3, None, 5, None], "4 bytes a line: cache_seq - last_seq"
     assert _lookup(spark, _verdicts(verdicts), starts)["entered_at_us"].null_count == 1  # nulls: no instant either
     joined, by_line = _both(spark, messages, verdicts, instants=False, counters=(("c", 100),))
     assert sorted(by_line) == joined
@@ -79,13 +80,33 @@ def test_a_count_window_needs_no_instants(spark):
 
 
 @pytest.mark.parametrize("verdicts", [[], [(7, 1, None)]])
-def test_the_arrays_hold_one_row_per_file_with_a_delivered_line(verdicts):
+def test_the_arrays_hold_one_row_per_block_with_a_delivered_line(verdicts):
     table = pa.Table.from_pylist([{"row_id": v[0], "seq_in_batch": v[1], "received_at_us": v[2]} for v in verdicts],
                                  NUMBERED)
     lookup = line_lookup.by_line(table)
     assert lookup.num_rows == len(verdicts)
     if verdicts:
-        assert lookup.to_pylist() == [{"file_index": 0, "seq_in_batch": [None] * 6 + [1], "entered_at_us": None}]
+        seqs = [None] * line_lookup.BLOCK_LINES
+        seqs[7] = 1
+        assert lookup.to_pylist() == [{"block": 0, "seq_in_batch": seqs, "entered_at_us": None}]
+
+
+def test_lines_on_either_side_of_a_block_boundary_find_their_own_verdicts(spark):
+    """Lines around the first blocks' edges of two files, a block with no delivered line between
+    two that have some, and a file whose only delivered line is far into it: each message finds
+    its verdict in the right block at the right place, and the others none."""
+    edge = line_lookup.BLOCK_LINES
+    lines = {0: [1, edge - 1, edge, edge + 1, 2 * edge - 1, 3 * edge + 2], 1: [edge - 1, edge], 2: [5 * edge + 3]}
+    messages = [_message(f, line) for f, ls in lines.items() for line in ls]
+    delivered = [(0, edge - 1), (0, edge), (0, 3 * edge + 2), (1, edge), (2, 5 * edge + 3)]
+    verdicts = [((f << LINE_BITS) | line, 10 + n, 1000 + n if n % 2 else None) for n, (f, line) in enumerate(delivered)]
+    joined, by_line = _both(spark, messages, verdicts)
+    assert sorted((r["source_file"], r["line_number"]) for r in joined) == \
+        [(f"f{f}.jsonl", line) for f, line in delivered]
+    assert sorted(by_line) == joined
+    lookup = _lookup(spark, _verdicts(verdicts), spark.createDataFrame([("c", 0)], STARTS))
+    assert lookup["block"].to_pylist() == [0, 1, 3, (1 << (LINE_BITS - line_lookup.BLOCK_BITS)) + 1,
+                                           (2 << (LINE_BITS - line_lookup.BLOCK_BITS)) + 5]
 
 
 @pytest.mark.parametrize("seq_in_batch", [line_lookup.NO_SEQ, -3, 2**31])

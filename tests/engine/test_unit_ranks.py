@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql import functions as F
 
-from msgdedup.engine import kernel, transforms, unit_ranks
+from msgdedup.engine import kernel, line_lookup, transforms, unit_ranks
 from msgdedup.engine.parsing import LINE_BITS
 from msgdedup.local_frames import local_frame
 from msgdedup.repeats import values_frame
@@ -87,8 +87,9 @@ def test_a_key_hash_shared_with_the_parents_entries_only_contests_more_units(spa
     assert {r for r in exact if exact[r][2] != collided[r][2]} == {_row(0, 4)}
 
 
-def test_ranks_that_do_not_fit_spark_arrays_are_refused(spark, monkeypatch):
-    monkeypatch.setattr(unit_ranks, "_MAX_ELEMENTS", 6)
+def test_ranks_that_do_not_fit_a_list_column_are_refused(spark, monkeypatch):
+    """Each file's lines here are one block: one fits, two do not."""
+    monkeypatch.setattr(unit_ranks, "_MAX_ELEMENTS", line_lookup.BLOCK_LINES)
     messages = spark.createDataFrame(ROWS, MESSAGES).filter(F.col("row_id") < _row(1, 0))
     assert unit_ranks.rank(messages.select(*unit_ranks.columns([])).toArrow(), np.empty(0, np.int64)) is not None
     assert unit_ranks.rank(spark.createDataFrame(ROWS, MESSAGES)

@@ -180,7 +180,7 @@ OUTPUT_VERDICT_BYTES = 104
 
 
 # A batch decided in Spark gives its messages their delivered verdicts by line number
-# (engine/line_lookup.py) when one array per file fits this share of the driver's heap, rather
+# (engine/line_lookup.py) when its arrays by line fit this share of the driver's heap, rather
 # than joining the verdicts: a broadcast of about 104 bytes a verdict up to a million messages
 # (OUTPUT_VERDICT_BYTES), above that a shuffle of both sides, the wide messages too. The driver's
 # JVM holds the arrays about three times while the output is written (the frame it was given, the

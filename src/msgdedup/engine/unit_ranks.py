@@ -41,9 +41,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from msgdedup.engine import kernel, transforms
-from msgdedup.engine.line_lookup import per_file_lists
-from msgdedup.engine.parsing import LINE_BITS, LINE_MASK
+from msgdedup.engine import kernel, line_lookup, transforms
 from msgdedup.engine.windows import CacheWindow
 from msgdedup.repeats import repeated_values
 
@@ -51,13 +49,13 @@ from msgdedup.repeats import repeated_values
 COLLECTED = ["row_id", "id_hash", "key_hash", "cache_hash", "address_hash", "received_us", "txn_id"]
 # ... and of a message to an Apama cache (null for the others), where the batch has such caches.
 SENDER = "sender_hash"
-# One row per input file: at position ``line_number - 1``, its message's unit (``unit_us``,
-# ``unit_row``: transforms.assign_units), which is ``contested``, its sender ``quiet``
-# (transforms.quiet_senders: false but for Apama caches) and, for a message with a key, its
-# ``free_rank`` and ``contested_rank`` (transforms.rank_in_caches); null for a line without a
-# valid message.
+# One row per block of lines with a valid message (line_lookup.block_of): at each line's place
+# (line_lookup.in_block), its message's unit (``unit_us``, ``unit_row``: transforms.assign_units),
+# which is ``contested``, its sender ``quiet`` (transforms.quiet_senders: false but for Apama
+# caches) and, for a message with a key, its ``free_rank`` and ``contested_rank``
+# (transforms.rank_in_caches); null for a line without a valid message.
 RANKS_SCHEMA = pa.schema([
-    ("file_index", pa.int64()),
+    ("block", pa.int64()),
     ("unit_us", pa.list_(pa.int64())),
     ("unit_row", pa.list_(pa.int64())),
     ("contested", pa.list_(pa.bool_())),
@@ -73,7 +71,7 @@ KEY_COUNTS_SPARK_SCHEMA = from_arrow_schema(KEY_COUNTS_SCHEMA)
 HELD_SCHEMA = pa.schema([(SENDER, pa.int64()), ("cache_hash", pa.int32()), ("count", pa.int64())])
 # The columns of RANKS_SCHEMA that only a message with a key has.
 _KEYED = ("free_rank", "contested_rank")
-# A Spark array holds at most this many elements, and a list column's offsets are 32-bit.
+# A list column's offsets are 32-bit.
 _MAX_ELEMENTS = (1 << 31) - 16
 
 
@@ -177,7 +175,7 @@ class Ranks:
 def rank(rows: pa.Table, met_hashes: np.ndarray, quiet: np.ndarray | None = None) -> tuple[pa.Table, Ranks] | None:
     """The ranks of ``rows`` (``COLLECTED``: every valid message of the batch, no message id
     repeated), by line for Spark (RANKS_SCHEMA, ``units``) and by message for the driver; None
-    where they do not fit Spark's arrays. ``met_hashes``: the key hashes of the parent's entries
+    where they do not fit a list column. ``met_hashes``: the key hashes of the parent's entries
     (and left keys, and named queue entries) that the batch's keys have; ``quiet``: which rows
     have a quiet sender (``quiet_senders``; None: no row)."""
     row_id = rows["row_id"].to_numpy()
@@ -211,27 +209,22 @@ def rank(rows: pa.Table, met_hashes: np.ndarray, quiet: np.ndarray | None = None
 
 
 def _by_line(row_id: np.ndarray, values: dict[str, np.ndarray], keyed: np.ndarray) -> pa.Table | None:
-    """RANKS_SCHEMA's rows: each file's ``values`` (by column) scattered to their lines (a
-    message's place in its file is its row_id's line number). A line without a message is null,
-    and so are the ranks of a message without a key."""
-    files, position = row_id >> LINE_BITS, (row_id & LINE_MASK) - 1
-    indexes = np.unique(files)
-    mine = [files == index for index in indexes]
-    sizes = [int(position[m].max()) + 1 for m in mine]
-    if sum(sizes) > _MAX_ELEMENTS:
+    """RANKS_SCHEMA's rows: ``values`` (by column) scattered to their messages' lines, in blocks
+    (line_lookup.blocks). A line without a message is null, and so are the ranks of a message
+    without a key."""
+    keys = line_lookup.blocks(row_id)
+    size = len(keys) * line_lookup.BLOCK_LINES
+    if size > _MAX_ELEMENTS:
         return None
-    lists = {name: [] for name in values}
-    for m, size in zip(mine, sizes, strict=True):
-        at = position[m]
-        present, known = np.zeros(size, bool), np.zeros(size, bool)
-        present[at], known[at] = True, keyed[m]
-        for name, column in values.items():
-            line = np.zeros(size, RANKS_SCHEMA.field(name).type.value_type.to_pandas_dtype())
-            line[at] = column[m]
-            lists[name].append(pa.array(line, mask=~(known if name in _KEYED else present)))
-    return pa.table({"file_index": pa.array(indexes, pa.int64()),
-                     **{name: per_file_lists(arrays, RANKS_SCHEMA.field(name).type.value_type)
-                        for name, arrays in lists.items()}}, schema=RANKS_SCHEMA)
+    at = line_lookup.places(row_id, keys)
+    present, known = np.zeros(size, bool), np.zeros(size, bool)
+    present[at], known[at] = True, keyed
+    lists = {}
+    for name, column in values.items():
+        line = np.zeros(size, RANKS_SCHEMA.field(name).type.value_type.to_pandas_dtype())
+        line[at] = column
+        lists[name] = line_lookup.block_lists(line, known if name in _KEYED else present, len(keys))
+    return pa.table({"block": pa.array(keys, pa.int64()), **lists}, schema=RANKS_SCHEMA)
 
 
 def contested_keys(stream: pa.Table) -> pa.Table:
@@ -289,12 +282,12 @@ def units(messages: DataFrame, ranks: DataFrame, sequential: list[str]) -> DataF
     rows: ``messages`` (transforms.KEY_COLUMNS) with ``unit_us``, ``unit_row``, ``contested``,
     ``quiet``, ``free_rank`` and ``contested_rank`` found by line in ``ranks`` (``rank``, few
     rows: broadcast), and ``sequential``: its cache is one of ``sequential`` (Apama caches)."""
-    line = F.col("row_id").bitwiseAND(LINE_MASK).cast("int")
-    at = lambda column: F.try_element_at(F.col(column), line)  # noqa: E731
+    line = line_lookup.in_block(F.col("row_id"))
+    at = lambda column: F.element_at(F.col(column), line)  # noqa: E731
     in_sequential = F.coalesce(F.col("cache").isin(sequential), F.lit(False)) if sequential else F.lit(False)
     return (messages
-            .join(F.broadcast(ranks.withColumnRenamed("file_index", "_file_index")),
-                  F.shiftright("row_id", LINE_BITS) == F.col("_file_index"))
+            .join(F.broadcast(ranks.withColumnRenamed("block", "_block")),
+                  line_lookup.block_of(F.col("row_id")) == F.col("_block"))
             .select(*messages.columns, at("unit_us").alias("unit_us"), at("unit_row").alias("unit_row"),
                     in_sequential.alias("sequential"),
                     (in_sequential & at("quiet")).alias("quiet"),
