@@ -52,9 +52,10 @@ def _files(root):
     return root
 
 
-def _rows(frame) -> dict[int, dict]:
-    """Rows by row_id, maps as dicts (their entries' order is not part of a line's value)."""
-    table: pa.Table = frame.toArrow()
+def _rows(parsed) -> dict[int, dict]:
+    """Rows by row_id (of a frame, or of the table the driver parsed), maps as dicts (their entries'
+    order is not part of a line's value)."""
+    table: pa.Table = parsed if isinstance(parsed, pa.Table) else parsed.toArrow()
     maps = [name for name in table.column_names if pa.types.is_map(table.schema.field(name).type)]
     return {row["row_id"]: {k: dict(v) if k in maps and v is not None else v for k, v in row.items()}
             for row in table.to_pylist()}
@@ -64,8 +65,9 @@ def _parsed(spark, files, on_driver: bool):
     spark.conf.set(DRIVER_READ_BYTES_CONF, str(16 << 20) if on_driver else "-1")
     kept = []
     try:
-        parsed, lines, addresses, keyed, _ = _parse(spark, HadoopFS(spark), files, kept)
-        return _rows(parsed), lines, addresses, keyed
+        parsed, lines, addresses, keyed, table = _parse(spark, HadoopFS(spark), files, kept)
+        assert (parsed is None) == on_driver == (table is not None), "read on the driver: not yet in Spark"
+        return _rows(table if on_driver else parsed), lines, addresses, keyed
     finally:
         spark.conf.unset(DRIVER_READ_BYTES_CONF)
 

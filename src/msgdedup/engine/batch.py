@@ -28,8 +28,8 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
 from msgdedup import __version__, driver_memory, exit_codes
 from msgdedup.config import APAMA, TIME, AddressSettings, ConfigError, load_settings
-from msgdedup.engine import audit, driver_audit, driver_decide, driver_digests, driver_verdicts, kernel, line_lookup, \
-    manifest as manifests, parsing, transforms, unit_ranks, windows as cache_windows
+from msgdedup.engine import audit, driver_audit, driver_decide, driver_digests, driver_outputs, driver_verdicts, \
+    kernel, line_lookup, manifest as manifests, parsing, transforms, unit_ranks, windows as cache_windows
 from msgdedup.engine.filesystem import HadoopFS
 from msgdedup.engine.planning import (
     BROADCAST_ROW_BYTES, KEY_HASH_BYTES, OUTPUT_VERDICT_BYTES, application_settings, broadcast_rows,
@@ -67,8 +67,8 @@ class Cancelled(RuntimeError):
 # ``parquet.enable.dictionary#<column>``; a column an output lacks is no matter): a 1M batch's
 # write step 6.6-7.4 s against 7.8-8.0 s, its files the same size (docs/benchmarks.md). The
 # columns whose values repeat (addresses, caches, senders, property names, ``cache_seq``, which
-# restarts in every cache) keep their dictionaries. The driver's pyarrow writes (``_write_table``,
-# small outputs) keep pyarrow's defaults.
+# restarts in every cache) keep their dictionaries. The driver's pyarrow writes (``_write_table``)
+# do the same.
 PLAIN_COLUMNS = ("message_id", "received_at", "properties.key_value.value", "txn_id", "seq", "body",
                  "line_number", "raw_line", "dedup_key", "duplicate_of", "entered_at_us", "received_at_us")
 
@@ -91,13 +91,25 @@ def _write_empty(fs: HadoopFS, frame: DataFrame, path: str) -> int:
 
 def _write_table(fs: HadoopFS, table: pa.Table, path: str) -> int:
     """Write an output the driver holds as Spark writes one (a Parquet part file and
-    ``_SUCCESS``), without a Spark job; returns its rows."""
+    ``_SUCCESS``; instants as INT96, PLAIN_COLUMNS without a dictionary), without a Spark job;
+    returns its rows."""
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink)
+    dictionary = [column for field in table.schema for column in _leaf_paths(field.name, field.type)
+                  if column not in PLAIN_COLUMNS]
+    pq.write_table(table, sink, use_dictionary=dictionary, use_deprecated_int96_timestamps=True)
     fs.delete(path)
     fs.write_file(f"{path}/part-00000-driver.parquet", sink.getvalue().to_pybytes())
     fs.write_file(f"{path}/_SUCCESS", b"")
     return table.num_rows
+
+
+def _leaf_paths(name: str, kind: pa.DataType) -> list[str]:
+    """The Parquet column paths of a field (PLAIN_COLUMNS names them so): a map's keys and values."""
+    if pa.types.is_map(kind):
+        return [f"{name}.key_value.key", f"{name}.key_value.value"]
+    if pa.types.is_struct(kind):
+        return [path for field in kind for path in _leaf_paths(f"{name}.{field.name}", field.type)]
+    return [name]
 
 
 def run_batch(spark: SparkSession, input_path: str, warehouse_root: str, batch_id: str,
@@ -183,15 +195,21 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     an output is written."""
     # 1. parse every line once
     parsed, input_lines, addresses, keyed, parsed_on_driver = _parse(spark, warehouse.fs, files, kept)
+    on_driver = decides_on_driver(spark, input_lines)
+    # read and decided on the driver, a batch's outputs are made there too (driver_outputs.py):
+    # Spark never sees its rows. Else the rows the driver read go to Spark, kept for every reader
+    rows_on_driver = parsed_on_driver is not None and on_driver
+    if parsed is None and not rows_on_driver:
+        parsed = _kept(spark.createDataFrame(parsed_on_driver, parsing.PARSED_SPARK_SCHEMA), kept,
+                       StorageLevel.MEMORY_AND_DISK_DESER)  # a few MiB (planning.DRIVER_READ_BYTES): in memory
     failpoint("after_parse")
     timer.lap("parse")
 
     # 2. order and decide, on the key columns only: on the driver for a small batch, else in Spark
     windows = cache_windows.resolve(settings, parent_manifest["caches"] if parent_manifest else {}, keyed)
     apama = cache_windows.of_policy(windows, APAMA)
-    valid, invalid = transforms.split_valid(parsed)
+    valid, invalid = transforms.split_valid(parsed) if parsed is not None else (None, None)
     domains = _domains(addresses, settings)
-    on_driver = decides_on_driver(spark, input_lines)
     if on_driver:
         with_keys = None
         if parsed_on_driver is not None:  # keyed from the rows the driver holds, without a Spark job
@@ -251,6 +269,7 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     # their own cache keys, or gives the delivered ones their verdicts by line number; the
     # driver's plan has its verdicts in local tables, which bring the keys along where the
     # messages' would be a join, and a Spark job, per output.
+    # The driver's rows and verdicts give the message outputs without Spark, where it holds both.
     keys_in_verdicts = on_driver
     messages = valid if keys_in_verdicts else with_keys
 
@@ -273,12 +292,20 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
         lookup = None
     entries = _union(transforms.acceptances(verdicts, txn.batch_id), parent.counted)
     left_from = entries if leaving else parent.counted  # the entries that can have left (None: none)
+    if rows_on_driver:
+        message_outputs = {
+            "delivered": driver_outputs.delivered(parsed_on_driver, decided.on_driver.verdicts),
+            "dropped": driver_outputs.dropped(parsed_on_driver, decided.on_driver.verdicts),
+            "quarantine": driver_outputs.quarantine(parsed_on_driver, decided.on_driver.copies)}
+    else:
+        message_outputs = {
+            "delivered": transforms.delivered(messages, verdicts_of(kernel.DELIVERED)) if lookup is None
+            else line_lookup.delivered(messages, lookup, starts),
+            "dropped": transforms.dropped(messages, verdicts_of(kernel.DROPPED)),
+            "quarantine": transforms.quarantine(
+                invalid, valid, decided.copies if tally.of(transforms.QUARANTINED) else None)}
     staged = {
-        "delivered": transforms.delivered(messages, verdicts_of(kernel.DELIVERED)) if lookup is None
-        else line_lookup.delivered(messages, lookup, starts),
-        "dropped": transforms.dropped(messages, verdicts_of(kernel.DROPPED)),
-        "quarantine": transforms.quarantine(
-            invalid, valid, decided.copies if tally.of(transforms.QUARANTINED) else None),
+        **message_outputs,
         "id_cache": _new_snapshot(spark, decided, parent, entries, caches, apama, txn.batch_id),
         LEFT_KEYS: audit.left_keys(left_from, parent.left, bounds)
         if settings.audit_horizon and (left_from is not None or parent.left is not None)
@@ -318,18 +345,15 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
 
 
 def _parse(spark: SparkSession, fs: HadoopFS, files: list, kept: list[DataFrame]
-           ) -> tuple[DataFrame, int, set, set, pa.Table | None]:
+           ) -> tuple[DataFrame | None, int, set, set, pa.Table | None]:
     """Every line of the batch parsed (parsing.PARSED_COLUMNS), and its census: (parsed, lines,
-    addresses, keyed, and the parsed rows as an Arrow table when the driver parsed them). In the
-    JVM where a line is certainly valid, else in Python (parsing.py); a small batch of plain JSON
-    lines all in Python, on the driver, without a Spark job (planning.reads_on_driver)."""
+    addresses, keyed, and the parsed rows as an Arrow table when the driver parsed them, then
+    not yet in Spark: parsed is None). In the JVM where a line is certainly valid, else in Python
+    (parsing.py); a small batch of plain JSON lines all in Python, on the driver, without a Spark
+    job (planning.reads_on_driver)."""
     if plain_json_lines(files) and reads_on_driver(spark, sum(f.size for f in files)):
         table = parsing.parse_on_driver(read_on_driver(fs, files))
-        # kept: every output reads it (and the decide step, if it runs in Spark), and a local
-        # relation is shipped with each task; a few MiB (planning.DRIVER_READ_BYTES), so in memory
-        parsed = _kept(spark.createDataFrame(table, parsing.PARSED_SPARK_SCHEMA), kept,
-                       StorageLevel.MEMORY_AND_DISK_DESER)
-        return parsed, *parsing.census_on_driver(table), table
+        return None, *parsing.census_on_driver(table), table
     lines = read_lines(spark, files)
     if lines is None:
         return local_frame(spark, [], parsing.PARSED_SPARK_SCHEMA), 0, set(), set(), None

@@ -9,8 +9,9 @@ the rows it parsed itself, planning.reads_on_driver; else collected, one job) an
 entries those keys can meet (``entries_met``, from the parent's snapshot read here when it is
 small, planning.snapshot_on_driver; else collected, one job), and decides here, in plain Python,
 with the very kernel the Spark plan uses (``kernel.decide``): every unit goes through it, as if
-every unit were contested, so no acceptance is numbered outside it. The wide rows never leave
-Spark: the outputs join these verdicts back exactly as they join the Spark plan's.
+every unit were contested, so no acceptance is numbered outside it. The outputs join these
+verdicts back to the wide rows as they join the Spark plan's: in Spark, or on the driver where it
+read the rows itself (driver_outputs.py).
 
 The steps mirror transforms.py one for one (a message id's first copy in arrival order, a unit
 at its transaction's last message, the order of spec §4); the engine-vs-model property tests run

@@ -393,21 +393,29 @@ def judge(messages: DataFrame, verdicts: DataFrame) -> DataFrame:
     return messages.drop("error", "raw_line").join(verdicts, "row_id")
 
 
+# What each output takes of its verdicts, by output column: the message's columns and keys come first.
+# (driver_outputs.py builds the same rows in Arrow.)
+DELIVERED_VERDICT = {"cache_seq": "cache_seq", "entered_at_us": "received_at_us"}
+DROPPED_VERDICT = {"reason": "reason", "duplicate_of": "duplicate_of"}
+QUARANTINE_COLUMNS = ["raw_line", "source_file", "line_number", "error"]
+
+
 def delivered(messages: DataFrame, verdicts: DataFrame) -> DataFrame:
     """``verdicts``: ``verdicts_for(..., DELIVERED)``."""
     return judge(messages, verdicts).select(
-        *MESSAGE_COLUMNS, *KEYS, "cache_seq", F.col("received_at_us").alias("entered_at_us"))
+        *MESSAGE_COLUMNS, *KEYS, *(F.col(taken).alias(name) for name, taken in DELIVERED_VERDICT.items()))
 
 
 def dropped(messages: DataFrame, verdicts: DataFrame) -> DataFrame:
     """``verdicts``: ``verdicts_for(..., DROPPED)``."""
-    return judge(messages, verdicts).select(*MESSAGE_COLUMNS, *KEYS, "reason", "duplicate_of")
+    return judge(messages, verdicts).select(
+        *MESSAGE_COLUMNS, *KEYS, *(F.col(taken).alias(name) for name, taken in DROPPED_VERDICT.items()))
 
 
 def quarantine(invalid: DataFrame, valid: DataFrame, repeated: DataFrame | None) -> DataFrame:
     """Invalid lines and repeated message_ids (``copies``, or None when there are none: the
     usual case, which then needs no join of the wide rows), with their raw lines, in input order."""
-    columns = ["raw_line", "source_file", "line_number", "error", "row_id"]
+    columns = [*QUARANTINE_COLUMNS, "row_id"]
     quarantined = invalid.select(*columns)
     if repeated is not None:
         quarantined = quarantined.unionByName(valid.drop("error").join(repeated, "row_id").select(*columns))
