@@ -268,8 +268,8 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     # decided in Spark joins narrow verdicts (a million fit a broadcast) to messages that bring
     # their own cache keys, or gives the delivered ones their verdicts by line number; the
     # driver's plan has its verdicts in local tables, which bring the keys along where the
-    # messages' would be a join, and a Spark job, per output.
-    # The driver's rows and verdicts give the message outputs without Spark, where it holds both.
+    # messages' would be a join, and a Spark job, per output; where the driver also holds the
+    # rows (it read them), it picks the outputs' rows itself (driver_outputs.py).
     keys_in_verdicts = on_driver
     messages = valid if keys_in_verdicts else with_keys
 
