@@ -138,7 +138,8 @@ class BackfillError(RuntimeError):
     """The backfill could not be created (the message says why, with the API's answer)."""
 
 
-# Transient SQLite lock (503 from the API server): retry after these delays (about 70 s in all).
+# Transient SQLite lock (503 from the API server, or 500 "Database error" when the request's audit-log
+# write met it): retry after these delays (about 70 s in all).
 # Each attempt fails with a probability of roughly 1/3 right after start-up (measured: 1 lock in
 # 3 fresh start-ups), so 10 retries leave well under one failure in 10,000 start-ups.
 BACKFILL_RETRY_DELAYS = (1, 2, 3, 5, 8, 10, 10, 10, 10, 10)
@@ -237,7 +238,16 @@ def _create_backfill(af: LocalAirflow, body: dict[str, Any], say) -> dict[str, A
                 raise BackfillError(f"backfill create failed: {exc}") from None
             locked_before = False
             continue
-        if status == 503 and delays:
+        if status == 500 and _refused_write(answer):
+            # The API's own audit-log write (after the handler committed the backfill) met the
+            # lock: the backfill may well exist. Retrying would meet it as a 409 and wait for all
+            # its runs, so take it when it is ours; else the create itself failed: try again.
+            created = _active_backfill_of(af, body)
+            if created is not None:
+                say("backfill create: the API answered 500 for its audit log's write, but the backfill "
+                    f"was created (id {created.get('id')})")
+                return created
+        if (status == 503 or status == 500 and _refused_write(answer)) and delays:
             delay = delays.pop(0)
             locked_before = True
             say(f"backfill create: SQLite refused the write (another Airflow component wrote to the "
@@ -247,6 +257,25 @@ def _create_backfill(af: LocalAirflow, body: dict[str, Any], say) -> dict[str, A
             continue
         raise BackfillError(f"backfill create failed after {attempt} attempt(s): "
                             f"POST /api/v2/backfills -> {status} {answer}")
+
+
+def _refused_write(answer: Any) -> bool:
+    """An API answer that says the metadata database refused a write (the SQLite lock)."""
+    detail = answer.get("detail") if isinstance(answer, dict) else None
+    return isinstance(detail, dict) and detail.get("reason") == "Database error"
+
+
+def _active_backfill_of(af: LocalAirflow, body: dict[str, Any]) -> dict[str, Any] | None:
+    """The running backfill of ``body``'s DAG and dates (``backfill_request``), if there is one."""
+    status, listed = af.api("GET", f"/api/v2/backfills?dag_id={body['dag_id']}", token=af.token())
+    if status != 200:
+        return None
+    wanted = (datetime.fromisoformat(body["from_date"]), datetime.fromisoformat(body["to_date"]))
+    for found in listed.get("backfills", []):
+        dates = tuple(datetime.fromisoformat(found[key].replace("Z", "+00:00")) for key in ("from_date", "to_date"))
+        if found.get("completed_at") is None and dates == wanted:
+            return found
+    return None
 
 
 def wait_for_runs(af: LocalAirflow, batch_ids: list[str], timeout: float, every: float = 2) -> dict[str, dict]:
