@@ -280,16 +280,6 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
         return _broadcast_if_small(of, tally.of(outcome), BROADCAST_ROW_BYTES if keys_in_verdicts
                                    else OUTPUT_VERDICT_BYTES, otherwise="shuffle_hash")
 
-    # A batch decided in Spark gives its messages their delivered verdicts by line number, where
-    # the arrays fit the driver (line_lookup.py); else they are joined, broadcast when they fit.
-    instants = any(w.timed for w in windows.values())
-    starts = _starts(spark, windows)
-    if decided.driver is not None:  # numbered by the driver where looks_up_by_line let it (else None)
-        lookup = decided.driver.lookup
-    elif not keys_in_verdicts and looks_up_by_line(spark, input_lines, instants):
-        lookup = _lookup(spark, verdicts, starts, instants)
-    else:
-        lookup = None
     entries = _union(transforms.acceptances(verdicts, txn.batch_id), parent.counted)
     left_from = entries if leaving else parent.counted  # the entries that can have left (None: none)
     if rows_on_driver:
@@ -298,6 +288,16 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
             "dropped": driver_outputs.dropped(parsed_on_driver, decided.on_driver.verdicts),
             "quarantine": driver_outputs.quarantine(parsed_on_driver, decided.on_driver.copies)}
     else:
+        # A batch decided in Spark gives its messages their delivered verdicts by line number, where
+        # the arrays fit the driver (line_lookup.py); else they are joined, broadcast when they fit.
+        instants = any(w.timed for w in windows.values())
+        starts = _starts(spark, windows)
+        if decided.driver is not None:  # numbered by the driver where looks_up_by_line let it (else None)
+            lookup = decided.driver.lookup
+        elif not keys_in_verdicts and looks_up_by_line(spark, input_lines, instants):
+            lookup = _lookup(spark, verdicts, starts, instants)
+        else:
+            lookup = None
         message_outputs = {
             "delivered": transforms.delivered(messages, verdicts_of(kernel.DELIVERED)) if lookup is None
             else line_lookup.delivered(messages, lookup, starts),

@@ -119,9 +119,14 @@ def runs_by_batch(af: LocalAirflow, token: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def active_backfill(af: LocalAirflow, token: str) -> bool:
+def _running_backfills(af: LocalAirflow, token: str) -> list[dict[str, Any]]:
+    """The DAG's backfills not completed yet (none where the API does not answer)."""
     status, body = af.api("GET", f"/api/v2/backfills?dag_id={settings.DAG_ID}", token=token)
-    return status == 200 and any(b.get("completed_at") is None for b in body.get("backfills", []))
+    return [b for b in body.get("backfills", []) if b.get("completed_at") is None] if status == 200 else []
+
+
+def active_backfill(af: LocalAirflow, token: str) -> bool:
+    return bool(_running_backfills(af, token))
 
 
 def wait_backfills_done(af: LocalAirflow, timeout: float = 300) -> None:
@@ -266,14 +271,11 @@ def _refused_write(answer: Any) -> bool:
 
 
 def _active_backfill_of(af: LocalAirflow, body: dict[str, Any]) -> dict[str, Any] | None:
-    """The running backfill of ``body``'s DAG and dates (``backfill_request``), if there is one."""
-    status, listed = af.api("GET", f"/api/v2/backfills?dag_id={body['dag_id']}", token=af.token())
-    if status != 200:
-        return None
+    """The running backfill of ``body``'s dates (``backfill_request``), if there is one."""
     wanted = (datetime.fromisoformat(body["from_date"]), datetime.fromisoformat(body["to_date"]))
-    for found in listed.get("backfills", []):
+    for found in _running_backfills(af, af.token()):
         dates = tuple(datetime.fromisoformat(found[key].replace("Z", "+00:00")) for key in ("from_date", "to_date"))
-        if found.get("completed_at") is None and dates == wanted:
+        if dates == wanted:
             return found
     return None
 
