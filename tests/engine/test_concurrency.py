@@ -395,10 +395,13 @@ def test_syncing_a_staging_run_tolerates_its_owner_file_being_renewed(spark, tmp
 
     thread = threading.Thread(target=renew, daemon=True)
     thread.start()
-    try:
-        for _ in range(300):
+    syncs, deadline = 0, time.monotonic() + 120
+    try:  # the tree synced, over and over, until the owner file was renewed often meanwhile
+        while (syncs < 300 or len(renewals) < 300) and time.monotonic() < deadline:
             fs.sync_tree(str(staging))
+            syncs += 1
     finally:
         stop.set()
         thread.join(timeout=30)
-    assert len(renewals) > 300, "the owner file was not renewed while the tree was synced"
+    # how many renewals a sync overlaps depends on the machine's load (272 in 300 syncs on a busy CI machine)
+    assert syncs >= 300 and len(renewals) >= 300, "the owner file was not renewed while the tree was synced"

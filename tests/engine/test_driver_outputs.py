@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyspark.sql import SparkSession
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from msgdedup.config import parse_settings
 from msgdedup.engine import batch, driver_decide, driver_outputs, kernel, parsing, transforms, windows
+from msgdedup.engine.batch import run_batch
 from msgdedup.engine.filesystem import HadoopFS
 from msgdedup.engine.reading import list_input_files, read_on_driver
 
 from tests.engine.scenarios import CONFIGS, MALFORMED, batch_files
-from tests.engine.support import message, write_batch
+from tests.engine.support import manifest, message, write_batch
 from tests.engine.test_parsing import CURATED
 
 
@@ -96,3 +98,29 @@ def test_written_by_the_driver_as_spark_writes_them(spark, tmp_path):
     [part] = (tmp_path / "driver").glob("*.parquet")
     kinds = {c.name: c.physical_type for c in pq.ParquetFile(part).schema}
     assert kinds["received_at"] == "INT96" and (tmp_path / "driver" / "_SUCCESS").exists()
+
+
+def test_a_batch_made_on_the_driver_makes_no_spark_frame(spark, tmp_path, monkeypatch):
+    """Read, decided and written by the driver, with no parent and the audit off, a batch needs no
+    Spark frame of the driver's tables: each is a transfer to the JVM, and the first one of an
+    application starts its Arrow reader (batch._MadeWhenRead). Its child, whose parent the driver
+    reads, needs none either; with the audit on, the frames the audit reads are made."""
+    write_batch(tmp_path / "raw1", {"a.jsonl": [message(f"m{i}", key=f"k{i % 4}", at=i) for i in range(8)]})
+    write_batch(tmp_path / "raw2", {"a.jsonl": [message(f"n{i}", key=f"k{i % 6}", at=20 + i) for i in range(8)]})
+    made = []
+    create = SparkSession.createDataFrame
+
+    def counted(self, *args, **kwargs):
+        made.append(args[0] if args else kwargs.get("data"))
+        return create(self, *args, **kwargs)
+
+    monkeypatch.setattr(SparkSession, "createDataFrame", counted)
+    run_batch(spark, str(tmp_path / "raw1"), str(tmp_path / "wh"), "2026-11-21T00")
+    run_batch(spark, str(tmp_path / "raw2"), str(tmp_path / "wh"), "2026-11-21T01")
+    assert made == []
+    counts = manifest(tmp_path / "wh", "2026-11-21T01")["counts"]
+    assert (counts["delivered"], counts["dropped"]) == (2, 6)  # k4 and k5 are new, k0-k3 in the parent's cache
+
+    audited = parse_settings({"address_settings": {"#": {"id_cache_size": 100}}, "window_audit": {"horizon": 2}})
+    run_batch(spark, str(tmp_path / "raw1"), str(tmp_path / "wh-audit"), "2026-11-21T00", audited)
+    assert made, "the audit reads the decided frames"

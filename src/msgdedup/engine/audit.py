@@ -17,16 +17,21 @@ only: usually a few rows, never the whole batch.
 
 from __future__ import annotations
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.window import Window
 
 from msgdedup.config import AUDIT_COVERAGE, COUNT, TIME
 from msgdedup.engine import kernel, transforms
 
-ENTRY_COLUMNS = ["cache", "dedup_key", "cache_seq", "message_id", "address", "accepted_batch_id", "received_at_us"]
-ENTRY_SCHEMA = ("cache string, dedup_key string, cache_seq long, message_id string, address string, "
-                "accepted_batch_id string, received_at_us long")
+# A left key's record: a snapshot entry's columns without the Apama ones. Declared in Arrow: a
+# batch whose outputs the driver writes writes an empty record with pyarrow (no Spark frame).
+ENTRY_ARROW_SCHEMA = pa.schema([field for field in transforms.SNAPSHOT_ARROW_SCHEMA
+                                if field.name not in ("source_id", "queue")])
+ENTRY_COLUMNS = ENTRY_ARROW_SCHEMA.names
+ENTRY_SCHEMA = from_arrow_schema(ENTRY_ARROW_SCHEMA)
 BOUNDS_SCHEMA = ("cache string, policy string, window long, reach long, floor long, oldest_us long, "
                  "remembered_seq long, remembered_us long")
 AUDITED = (COUNT, TIME)

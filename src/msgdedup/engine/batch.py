@@ -10,6 +10,7 @@ loses is recomputed to the same rows. Outputs are counted by their own writes (`
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import traceback
 import uuid
@@ -232,16 +233,25 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
                else _decide_in_spark(spark, keys, parent, windows, txn.batch_id, source_files, kept, input_lines,
                                      addresses, bool(settings.audit_horizon)))
     tally = decided.tally
-    verdicts = decided.verdicts
     accepted = tally.accepted_per_cache()
     caches = manifests.cache_counters(windows, accepted, tally.clocks(windows, decided.apama_clocks))
     # the audit's record of keys that left reads the batch's acceptances only where one can have
     # left already (usually none: a count cache holds more than a batch accepts)
     leaving = bool(settings.audit_horizon) and audit.acceptances_may_leave(caches, accepted)
-    # The driver's verdicts leave only the snapshot to read these, in one pass; that record, or a
-    # delivered output not looked up by line, is a second one
-    if decided.driver is not None and (leaving or decided.driver.lookup is None):
-        verdicts = _kept(verdicts, kept)
+
+    # The verdicts and the entries are made when a step first reads them: a batch decided on the
+    # driver whose outputs and snapshot the driver makes reads neither (no Spark frame at all)
+    @functools.cache
+    def verdicts() -> DataFrame:
+        # The driver's verdicts leave only the snapshot to read these, in one pass; that record, or a
+        # delivered output not looked up by line, is a second one
+        if decided.driver is not None and (leaving or decided.driver.lookup is None):
+            return _kept(decided.verdicts, kept)
+        return decided.verdicts
+
+    @functools.cache
+    def entries() -> DataFrame:  # the parent's entries and the batch's acceptances
+        return _union(transforms.acceptances(verdicts(), txn.batch_id), parent.counted)
     timer.lap("decide")
 
     # the window-miss audit (§9): misses among the keys that can have an earlier acceptance
@@ -256,7 +266,7 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
         if decided.audited_on_driver is not None:  # the parent's entries met are few: collected
             found = driver_audit.summary(decided.audited_on_driver, earlier.toArrow(), bound_rows)
         else:
-            candidates = audit.audit_candidates(verdicts,
+            candidates = audit.audit_candidates(verdicts(),
                                                 audit.audit_keys(decided.repeated_keys, decided.left_met))
             if not on_driver:  # read twice, and found by a pass over every verdict: kept
                 candidates = _kept(candidates, kept)
@@ -274,14 +284,13 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     messages = valid if keys_in_verdicts else with_keys
 
     def verdicts_of(outcome: str) -> DataFrame:
-        of = (transforms.verdicts_for(verdicts, outcome, keys=keys_in_verdicts)
+        of = (transforms.verdicts_for(verdicts(), outcome, keys=keys_in_verdicts)
               if decided.driver is None or outcome != kernel.DROPPED  # else the kernel's, few
               else decided.driver.dropped)
         return _broadcast_if_small(of, tally.of(outcome), BROADCAST_ROW_BYTES if keys_in_verdicts
                                    else OUTPUT_VERDICT_BYTES, otherwise="shuffle_hash")
 
-    entries = _union(transforms.acceptances(verdicts, txn.batch_id), parent.counted)
-    left_from = entries if leaving else parent.counted  # the entries that can have left (None: none)
+    left_from = entries() if leaving else parent.counted  # the entries that can have left (None: none)
     if rows_on_driver:
         message_outputs = {
             "delivered": driver_outputs.delivered(parsed_on_driver, decided.on_driver.verdicts),
@@ -295,7 +304,7 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
         if decided.driver is not None:  # numbered by the driver where looks_up_by_line let it (else None)
             lookup = decided.driver.lookup
         elif not keys_in_verdicts and looks_up_by_line(spark, input_lines, instants):
-            lookup = _lookup(spark, verdicts, starts, instants)
+            lookup = _lookup(spark, verdicts(), starts, instants)
         else:
             lookup = None
         message_outputs = {
@@ -309,7 +318,7 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
         "id_cache": _new_snapshot(spark, decided, parent, entries, caches, apama, txn.batch_id),
         LEFT_KEYS: audit.left_keys(left_from, parent.left, bounds)
         if settings.audit_horizon and (left_from is not None or parent.left is not None)
-        else local_frame(spark, [], audit.ENTRY_SCHEMA),  # nothing is remembered (or the audit is off)
+        else audit.ENTRY_ARROW_SCHEMA.empty_table(),  # nothing is remembered (or the audit is off)
     }
     # Outputs the books show empty without a pass (no invalid line, no repeated message_id; the
     # audit off, or no entry that can have left) are written from the driver. The books still
@@ -384,18 +393,42 @@ class _Parent:
     driver, for a batch decided there when they are few (planning.snapshot_on_driver)."""
 
 
+class _MadeWhenRead:
+    """A frame field of _Decided given as a frame, None, or a function that makes it the first time
+    it is read. The driver's plan gives functions: a Spark frame of one of its tables is a transfer
+    to the JVM, and the first one an application makes starts the JVM's Arrow reader (0.5-1 s on a
+    quiet machine, 5 s on a busy one: docs/benchmarks.md), which a batch whose outputs the driver
+    makes too never needs unless the audit or a snapshot in Spark reads them. A data descriptor, so
+    that the frozen dataclass's ``__init__`` sets it; read from the class it has no value, so the
+    dataclass sees no default."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = f"_{name}"
+
+    def __get__(self, instance, owner=None):
+        if instance is None:
+            raise AttributeError(self.slot)
+        value = instance.__dict__[self.slot]
+        if callable(value):
+            value = instance.__dict__[self.slot] = value()
+        return value
+
+    def __set__(self, instance, value) -> None:
+        instance.__dict__[self.slot] = value
+
+
 @dataclass(frozen=True)
 class _Decided:
     """Every valid message's verdict, and what the audit, the snapshot and the manifest need of
     the deciding; the same whichever plan decided."""
 
-    verdicts: DataFrame      # transforms.VERDICT_COLUMNS
-    copies: DataFrame        # row_id, error: repeated message ids (transforms.copies)
+    verdicts: DataFrame = _MadeWhenRead()      # transforms.VERDICT_COLUMNS
+    copies: DataFrame = _MadeWhenRead()        # row_id, error: repeated message ids (transforms.copies)
     # What only the window-miss audit reads (None where it is off and the plan needs none of them):
-    repeated_keys: DataFrame | None  # cache, dedup_key
-    entries_met: DataFrame | None  # the parent's count and time entries the batch's keys meet
-    left_met: DataFrame | None     # the parent's left keys the batch's keys meet
-    apama_entries: DataFrame  # the Apama caches' queues after the batch (SNAPSHOT_COLUMNS)
+    repeated_keys: DataFrame | None = _MadeWhenRead()  # cache, dedup_key
+    entries_met: DataFrame | None = _MadeWhenRead()  # the parent's count and time entries the batch's keys meet
+    left_met: DataFrame | None = _MadeWhenRead()     # the parent's left keys the batch's keys meet
+    apama_entries: DataFrame = _MadeWhenRead()  # the Apama caches' queues after the batch (SNAPSHOT_COLUMNS)
     apama_clocks: dict
     tally: _Tally
     on_driver: driver_decide.Decision | None = None  # the driver's plan: its tables
@@ -694,27 +727,35 @@ def _decide_on_driver(spark: SparkSession, key_rows: pa.Table, parent: _Parent, 
     driver's Arrow tables (no job to read them)."""
     apama = cache_windows.of_policy(windows, APAMA)
     key_table = driver_decide.batch_keys(key_rows)
-    batch_keys = spark.createDataFrame(key_table)
-    left_met = None if parent.left is None else transforms.entries_met(parent.left, F.broadcast(batch_keys))
+
+    def batch_keys() -> DataFrame:
+        return F.broadcast(spark.createDataFrame(key_table))
+
     if parent.counted is None:
         kernel_entries = None
     elif parent.on_driver is not None:
         kernel_entries = driver_decide.entries_met(parent.on_driver, key_table, apama)
     else:
-        entries_met = transforms.entries_met(parent.counted, F.broadcast(batch_keys))
+        entries_met = transforms.entries_met(parent.counted, batch_keys())
         kernel_entries = _union(entries_met, parent.apama).toArrow()
     decision = driver_decide.decide(key_rows, kernel_entries, windows, batch_id, source_files)
 
-    def frame(table, schema=None) -> DataFrame:
-        return spark.createDataFrame(table, schema or from_arrow_schema(table.schema))
+    # Each frame is made when a step reads it (_MadeWhenRead): none where the driver makes the outputs too
+    def frame(table: pa.Table) -> Callable[[], DataFrame]:
+        return lambda: spark.createDataFrame(table, from_arrow_schema(table.schema))
 
-    met = None
-    if kernel_entries is not None:
-        met = frame(kernel_entries).filter(~F.col("cache").isin(apama or [""]))
-    return _Decided(frame(decision.verdicts), frame(decision.copies),
-                    frame(decision.repeated_keys), met, left_met,
-                    frame(decision.apama_entries).select(*transforms.SNAPSHOT_COLUMNS), decision.apama_clocks,
-                    _Tally(decision.tally), decision, audited_on_driver=decision.verdicts)
+    def met() -> DataFrame | None:
+        return None if kernel_entries is None else frame(kernel_entries)().filter(~F.col("cache").isin(apama or [""]))
+
+    def left_met() -> DataFrame | None:
+        return None if parent.left is None else transforms.entries_met(parent.left, batch_keys())
+
+    def apama_entries() -> DataFrame:
+        return frame(decision.apama_entries)().select(*transforms.SNAPSHOT_COLUMNS)
+
+    return _Decided(frame(decision.verdicts), frame(decision.copies), frame(decision.repeated_keys), met,
+                    left_met, apama_entries, decision.apama_clocks, _Tally(decision.tally), decision,
+                    audited_on_driver=decision.verdicts)
 
 
 def _parent_snapshot(spark: SparkSession, warehouse: Warehouse, parent: str | None,
@@ -774,10 +815,10 @@ def _parent_left_keys(spark: SparkSession, warehouse: Warehouse, parent: str | N
     return _carried(left, windows).select(*audit.ENTRY_COLUMNS)
 
 
-def _new_snapshot(spark: SparkSession, decided: _Decided, parent: _Parent, entries: DataFrame, caches: dict[str, dict],
-                  apama: list[str], batch_id: str) -> DataFrame | pa.Table:
+def _new_snapshot(spark: SparkSession, decided: _Decided, parent: _Parent, entries: Callable[[], DataFrame],
+                  caches: dict[str, dict], apama: list[str], batch_id: str) -> DataFrame | pa.Table:
     """The new ID cache (transforms.snapshot): this batch's acceptances and the parent's entries
-    (``entries``) within their limits, and the Apama caches' queues. A batch decided on the driver
+    (``entries()``) within their limits, and the Apama caches' queues. A batch decided on the driver
     whose parent's snapshot the driver read (or that has no parent) gets it as an Arrow table
     (driver_decide.snapshot), written without a Spark job: with a full cache, the parent's entries
     are most of a small batch's rows, and filtering and writing the history bench's 200,000 took
@@ -786,7 +827,7 @@ def _new_snapshot(spark: SparkSession, decided: _Decided, parent: _Parent, entri
     if decided.on_driver is not None and (parent.counted is None or parent.on_driver is not None):
         return driver_decide.snapshot(decided.on_driver.verdicts, parent.on_driver, apama, snapshot_limits(caches),
                                       decided.on_driver.apama_entries, batch_id)
-    return transforms.snapshot(entries, _limits(spark, caches), decided.apama_entries, queued=bool(apama))
+    return transforms.snapshot(entries(), _limits(spark, caches), decided.apama_entries, queued=bool(apama))
 
 
 def _lookup(spark: SparkSession, verdicts: DataFrame, starts: DataFrame, instants: bool) -> DataFrame | None:
