@@ -396,11 +396,11 @@ class _Parent:
 class _MadeWhenRead:
     """A frame field of _Decided given as a frame, None, or a function that makes it the first time
     it is read. The driver's plan gives functions: a Spark frame of one of its tables is a transfer
-    to the JVM, and the first one an application makes starts the JVM's Arrow reader (0.5-1 s on a
-    quiet machine, 5 s on a busy one: docs/benchmarks.md), which a batch whose outputs the driver
-    makes too never needs unless the audit or a snapshot in Spark reads them. A data descriptor, so
-    that the frozen dataclass's ``__init__`` sets it; read from the class it has no value, so the
-    dataclass sees no default."""
+    to the JVM, and the first one an application makes starts the JVM's Arrow reader (with the
+    rest, 2.5 s of a cold 20K batch on a quiet machine: docs/benchmarks.md), which a batch whose
+    outputs the driver makes too never needs unless the audit or a snapshot in Spark reads them.
+    A data descriptor, so that the frozen dataclass's ``__init__`` sets it; read from the class it
+    has no value, so the dataclass sees no default."""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.slot = f"_{name}"
