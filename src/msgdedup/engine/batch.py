@@ -728,8 +728,12 @@ def _decide_on_driver(spark: SparkSession, key_rows: pa.Table, parent: _Parent, 
     apama = cache_windows.of_policy(windows, APAMA)
     key_table = driver_decide.batch_keys(key_rows)
 
+    def made(table: pa.Table) -> DataFrame:  # a Spark frame of one of the driver's tables
+        return spark.createDataFrame(table, from_arrow_schema(table.schema))
+
+    @functools.cache  # read by the parent's entries met and its left keys met: shipped once
     def batch_keys() -> DataFrame:
-        return F.broadcast(spark.createDataFrame(key_table))
+        return F.broadcast(made(key_table))
 
     if parent.counted is None:
         kernel_entries = None
@@ -741,21 +745,18 @@ def _decide_on_driver(spark: SparkSession, key_rows: pa.Table, parent: _Parent, 
     decision = driver_decide.decide(key_rows, kernel_entries, windows, batch_id, source_files)
 
     # Each frame is made when a step reads it (_MadeWhenRead): none where the driver makes the outputs too
-    def frame(table: pa.Table) -> Callable[[], DataFrame]:
-        return lambda: spark.createDataFrame(table, from_arrow_schema(table.schema))
-
     def met() -> DataFrame | None:
-        return None if kernel_entries is None else frame(kernel_entries)().filter(~F.col("cache").isin(apama or [""]))
+        return None if kernel_entries is None else made(kernel_entries).filter(~F.col("cache").isin(apama or [""]))
 
     def left_met() -> DataFrame | None:
         return None if parent.left is None else transforms.entries_met(parent.left, batch_keys())
 
     def apama_entries() -> DataFrame:
-        return frame(decision.apama_entries)().select(*transforms.SNAPSHOT_COLUMNS)
+        return made(decision.apama_entries).select(*transforms.SNAPSHOT_COLUMNS)
 
-    return _Decided(frame(decision.verdicts), frame(decision.copies), frame(decision.repeated_keys), met,
-                    left_met, apama_entries, decision.apama_clocks, _Tally(decision.tally), decision,
-                    audited_on_driver=decision.verdicts)
+    return _Decided(functools.partial(made, decision.verdicts), functools.partial(made, decision.copies),
+                    functools.partial(made, decision.repeated_keys), met, left_met, apama_entries,
+                    decision.apama_clocks, _Tally(decision.tally), decision, audited_on_driver=decision.verdicts)
 
 
 def _parent_snapshot(spark: SparkSession, warehouse: Warehouse, parent: str | None,
