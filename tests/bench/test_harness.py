@@ -294,8 +294,13 @@ def test_execute_wires_scenarios_history_airflow_and_targets(tmp_path, monkeypat
     assert "the count window just before it: 26.0 s" in report.markdown(results)
     assert "window_audit:\n  horizon: 4" in (tmp_path / "work" / "configs" / "count-20000-audit.yaml").read_text()
     assert "window_audit" not in (tmp_path / "work" / "configs" / "count-20000.yaml").read_text()
-    assert any(t["target"].endswith("ours with the audit on ≤ 1.1× off") and t["met"]
-               for t in report.targets(results))
+    audit_target, = (t for t in report.targets(results) if "audit" in t["target"])
+    assert audit_target["target"].endswith("ours with the audit on ≤ 1.1× off, or the audit off by default")
+    assert audit_target["met"] and "why" not in audit_target, "0.5: met by its figure"
+    audit_on["runs"]["ours"]["audit_on_over_off"] = 1.17
+    audit_target, = (t for t in report.targets(results) if "audit" in t["target"])
+    assert audit_target["met"] and audit_target["why"] == "off by default", "a config must ask for it"
+    assert "| 1.17 × | met (off by default) |" in report.markdown({**results, "targets": [audit_target]})
     config = (tmp_path / "work" / "configs" / "apama-20000.yaml").read_text()
     assert "policy: apama, per_source_window: 2000, expiry_seconds: 120" in config
     assert base["runs"]["ours"]["x_copy"] == 1.3

@@ -18,6 +18,8 @@ from typing import Any
 
 import psutil
 
+from msgdedup import config
+
 PEERS = ("copy", "ours", "naive", "streaming", "gx_gate", "process_batch")
 PEER_LABELS = {
     "copy": "copy (read JSON + write Parquet)",
@@ -105,13 +107,25 @@ AUDIT_LIMIT = 1.1
 """Issue 12: the window-miss audit could be on by default only if it cost at most 10%."""
 
 
+def _audit_target(scenario: dict[str, Any]) -> dict[str, Any]:
+    """Issue 12's rule: the audit may cost more than 10% only while a config has to ask for it. The
+    default is read from the config parser itself (a config without ``window_audit:``), so turning the
+    audit on by default makes the figure the judge again."""
+    value = (scenario["runs"].get("ours") or {}).get("audit_on_over_off")
+    off_by_default = config.parse_settings({"address_settings": {}}).audit_horizon == config.AUDIT_OFF
+    t = _target(f"{scenario['name']}: ours with the audit on ≤ {AUDIT_LIMIT}× off, or the audit off by default",
+                value, AUDIT_LIMIT)
+    if value is not None and off_by_default and not t["met"]:
+        t["met"], t["why"] = True, "off by default"
+    return t
+
+
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     """The issue's targets, each met / missed / not measured (None)."""
     out: list[dict[str, Any]] = []
     for s in results.get("scenarios", []):
         if s.get("audit"):
-            out.append(_target(f"{s['name']}: ours with the audit on ≤ {AUDIT_LIMIT}× off",
-                               (s["runs"].get("ours") or {}).get("audit_on_over_off"), AUDIT_LIMIT))
+            out.append(_audit_target(s))
             continue
         if s.get("policy", "count") != "count":
             out.append(_target(f"{s['name']}: ours ≤ {POLICY_LIMIT}× the count window's time",
@@ -300,6 +314,8 @@ def markdown(results: dict[str, Any]) -> str:
         met = {True: "met", False: "**missed**", None: "not measured"}[t["met"]]
         if t.get("limit") is None and t["met"] is not None:
             met = "reported"
+        if t.get("why"):
+            met = f"{met} ({t['why']})"
         unit = t.get("unit", "×" if t.get("limit") is not None else "") or ""
         lines.append(f"| {t['target']} | {_fmt(t['value'])}{' ' + unit if t['value'] is not None else ''} | {met} |")
     if results.get("failures"):  # a failed run is a bug to fix before any figure above counts
