@@ -9,7 +9,11 @@ The logic is msgdedup.batch_service.
 
 import sys
 
-from msgdedup.batch_service import main
+from msgdedup import submit_path
+
+submit_path.prefer_installed_pyspark()  # before anything imports pyspark
+
+from msgdedup.batch_service import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main(["serve", *sys.argv[1:]]))

@@ -5,7 +5,11 @@
 
 import sys
 
-from msgdedup.engine.batch import main
+from msgdedup import submit_path
+
+submit_path.prefer_installed_pyspark()  # before anything imports pyspark
+
+from msgdedup.engine.batch import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

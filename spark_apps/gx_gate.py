@@ -8,7 +8,11 @@ Exit codes: 0 gate passed, 3 gate failed (failed expectations summarised on stde
 
 import sys
 
-from msgdedup.quality.gate import main
+from msgdedup import submit_path
+
+submit_path.prefer_installed_pyspark()  # before anything imports pyspark
+
+from msgdedup.quality.gate import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

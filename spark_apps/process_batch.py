@@ -9,7 +9,11 @@ Exit codes: 0 committed and gate passed, 2 user error, 3 gate failed (committed,
 
 import sys
 
-from msgdedup.pipeline import main
+from msgdedup import submit_path
+
+submit_path.prefer_installed_pyspark()  # before anything imports pyspark
+
+from msgdedup.pipeline import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())
