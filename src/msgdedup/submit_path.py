@@ -4,10 +4,10 @@ spark-submit puts ``$SPARK_HOME/python/lib/pyspark.zip`` and py4j's source zip a
 the driver's ``sys.path``. Python imports modules from a zip by compiling their source on every
 start (``zipimport`` writes no bytecode): on this machine, 0.9-1.1 s to import the engine against
 0.4-0.5 s installed, and 5.7-6.2 s against 4.2-4.5 s with Great Expectations (docs/benchmarks.md).
-Where ``SPARK_HOME`` is a pip-installed
-pyspark (this project's ``.venv``), the same wheel installed the same modules beside it, compiled
-(``uv sync --compile-bytecode``): the zips are dropped, and pyspark and py4j load from there. A
-Spark distribution's own zips (``SPARK_HOME`` elsewhere, a cluster's install) are left alone.
+Where ``SPARK_HOME`` is a pip-installed pyspark (this project's ``.venv``), the same wheel installed
+the same modules beside it, compiled (``uv sync --compile-bytecode``): the zips are dropped, and
+pyspark and py4j load from there. A Spark distribution's own zips (``SPARK_HOME`` elsewhere, a
+cluster's install) are left alone.
 """
 
 from __future__ import annotations
