@@ -7,6 +7,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pyspark
+
 from msgdedup import submit_path
 
 from tests.spark_submit import ROOT, SPARK_SUBMIT, user_env
@@ -73,8 +75,6 @@ def test_a_spark_submit_driver_imports_the_installed_pyspark(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     pyspark_file, py4j_file = next(line.split()[1:] for line in done.stdout.splitlines() if line.startswith("FROM "))
-    import pyspark
-
     site = Path(pyspark.__file__).parents[1]  # this test run's: the same venv
     assert Path(pyspark_file) == site / "pyspark" / "__init__.py"
     assert Path(py4j_file) == site / "py4j" / "__init__.py"

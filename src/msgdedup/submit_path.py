@@ -14,24 +14,27 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
-_ZIPPED = {"pyspark.zip": "pyspark", "py4j": "py4j"}  # zip name (or its prefix) -> the package it holds
+
+def _zipped_package(name: str) -> str | None:
+    """The package a zip of ``$SPARK_HOME/python/lib`` holds, by its file name (None: not one of them)."""
+    if name == "pyspark.zip":
+        return "pyspark"
+    if name.startswith("py4j") and name.endswith(".zip"):  # py4j-<version>-src.zip
+        return "py4j"
+    return None
 
 
-def _installed_copy(entry: str) -> bool:
-    """Whether ``entry`` is a zip inside an installed pyspark package whose site directory, on the
-    path too, holds the zip's package installed."""
-    path = os.path.abspath(entry)
-    lib, name = os.path.split(path)
-    package = next((pkg for prefix, pkg in _ZIPPED.items() if name.startswith(prefix) and name.endswith(".zip")), None)
-    if package is None:
+def _installed_copy(entry: str, sites: set[Path]) -> bool:
+    """Whether ``entry`` is a zip inside an installed pyspark package (``<site>/pyspark/python/lib``)
+    whose site directory is one of ``sites`` and holds the zip's package installed."""
+    zipped = Path(os.path.abspath(entry))
+    package = _zipped_package(zipped.name)
+    if package is None or zipped.parent.parts[-3:] != ("pyspark", "python", "lib"):
         return False
-    pyspark_dir = os.path.dirname(os.path.dirname(lib))  # <site>/pyspark/python/lib -> <site>/pyspark
-    site = os.path.dirname(pyspark_dir)
-    if os.path.basename(pyspark_dir) != "pyspark" or os.path.relpath(lib, pyspark_dir) != os.path.join("python", "lib"):
-        return False
-    on_path = {os.path.abspath(p) for p in sys.path if p}
-    return site in on_path and os.path.isfile(os.path.join(site, package, "__init__.py"))
+    site = zipped.parents[3]
+    return site in sites and (site / package / "__init__.py").is_file()
 
 
 def prefer_installed_pyspark() -> None:
@@ -39,4 +42,5 @@ def prefer_installed_pyspark() -> None:
     installed on it; a no-op once pyspark is imported (it stays where it came from)."""
     if "pyspark" in sys.modules or "py4j" in sys.modules:
         return
-    sys.path[:] = [entry for entry in sys.path if not _installed_copy(entry)]
+    sites = {Path(os.path.abspath(entry)) for entry in sys.path if entry}
+    sys.path[:] = [entry for entry in sys.path if not _installed_copy(entry, sites)]
