@@ -90,3 +90,27 @@ def test_a_caches_digest_folds_its_addresses_parts_into_what_one_pass_over_the_c
     assert manifests.cache_digests(parts) == expected
     assert expected["c"].entries == 43 and expected["c"].addresses == ["a1", "a2"]
     assert any(int(d.digest[:16], 16) >= 1 << 63 for d in expected.values()), "a negative hash, printed as Spark does"
+
+
+def test_the_acceptances_read_from_the_delivered_output_are_those_of_the_verdicts(spark):
+    """Without Apama caches, every acceptance is a delivered message with its cache_seq, and it
+    entered its cache at the delivered output's ``entered_at_us``: the snapshot may take them from
+    that output (batch._acceptances). A delivered message without a key, a dropped one, and a
+    repeated message_id are no acceptance."""
+    verdicts = spark.createDataFrame([
+        (1, "delivered", None, None, 11, None, "m1", "a", "a", "k1", "p", None, None, 1),      # count cache
+        (2, "delivered", None, None, 4, None, "m2", "t", "t", "k2", "p", 2_000, None, 2),      # time cache
+        (3, "delivered", None, None, None, None, "m3", "a", None, None, "p", None, None, 3),  # no key
+        (4, "dropped", "duplicate", "m1", None, None, "m4", "a", "a", "k1", "p", None, None, 4),
+        (5, "quarantined", None, None, None, "repeated message_id", None, None, None, None, None, None, None, None),
+    ], "row_id long, outcome string, reason string, duplicate_of string, cache_seq long, error string, "
+       "message_id string, address string, cache string, dedup_key string, source_id string, "
+       "received_at_us long, queue string, unit_row long")
+    messages = verdicts.filter("message_id is not null").select(
+        "row_id", *(F.col(c) if c in ("message_id", "address", "source_id") else F.lit(None).cast("string").alias(c)
+                    for c in transforms.MESSAGE_COLUMNS))
+    delivered = transforms.delivered(messages, transforms.verdicts_for(verdicts, "delivered", keys=True))
+    got = transforms.delivered_acceptances(delivered, "b1")
+    assert got.columns == transforms.acceptances(verdicts, "b1").columns
+    assert _rows(got) == _rows(transforms.acceptances(verdicts, "b1")) == [
+        ("a", "k1", 11, "m1", "a", "b1", None, None, None), ("t", "k2", 4, "m2", "t", "b1", 2_000, None, None)]

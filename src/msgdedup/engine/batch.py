@@ -243,15 +243,21 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     # driver whose outputs and snapshot the driver makes reads neither (no Spark frame at all)
     @functools.cache
     def verdicts() -> DataFrame:
-        # The driver's verdicts leave only the snapshot to read these, in one pass; that record, or a
-        # delivered output not looked up by line, is a second one
-        if decided.driver is not None and (leaving or decided.driver.lookup is None):
+        # Where the driver tallied them, a delivered output not looked up by line reads these, and
+        # with Apama caches the snapshot's acceptances (``_acceptances``), and the record of keys
+        # that left: kept where two of them do
+        if decided.driver is not None and apama and (leaving or decided.driver.lookup is None):
             return _kept(decided.verdicts, kept)
         return decided.verdicts
 
+    paths = {name: f"{staging}/{name}" for name in ("delivered", "dropped", "quarantine", "id_cache", LEFT_KEYS)}
+    written: dict[str, int] = {}
+    outputs: dict[str, DataFrame | pa.Table] = {}  # as each was written
+
     @functools.cache
     def entries() -> DataFrame:  # the parent's entries and the batch's acceptances
-        return _union(transforms.acceptances(verdicts(), txn.batch_id), parent.counted)
+        return _union(_acceptances(spark, outputs["delivered"], paths["delivered"], apama, verdicts, txn.batch_id),
+                      parent.counted)
     timer.lap("decide")
 
     # the window-miss audit (§9): misses among the keys that can have an earlier acceptance
@@ -290,7 +296,8 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
         return _broadcast_if_small(of, tally.of(outcome), BROADCAST_ROW_BYTES if keys_in_verdicts
                                    else OUTPUT_VERDICT_BYTES, otherwise="shuffle_hash")
 
-    left_from = entries() if leaving else parent.counted  # the entries that can have left (None: none)
+    # the entries that can have left (None: none); made when written, after the delivered output
+    left_from = entries if leaving else lambda: parent.counted
     if rows_on_driver:
         message_outputs = {
             "delivered": driver_outputs.delivered(parsed_on_driver, decided.on_driver.verdicts),
@@ -313,22 +320,22 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
             "dropped": transforms.dropped(messages, verdicts_of(kernel.DROPPED)),
             "quarantine": transforms.quarantine(
                 invalid, valid, decided.copies if tally.of(transforms.QUARANTINED) else None)}
-    staged = {
+    remembers = bool(settings.audit_horizon) and (leaving or parent.counted is not None or parent.left is not None)
+    # in the order they are written: the snapshot and the record of keys that left are made when
+    # written, as they may read the delivered output (``_acceptances``)
+    staged: dict[str, DataFrame | pa.Table | Callable[[], DataFrame | pa.Table]] = {
         **message_outputs,
-        "id_cache": _new_snapshot(spark, decided, parent, entries, caches, apama, txn.batch_id),
-        LEFT_KEYS: audit.left_keys(left_from, parent.left, bounds)
-        if settings.audit_horizon and (left_from is not None or parent.left is not None)
+        "id_cache": lambda: _new_snapshot(spark, decided, parent, entries, caches, apama, txn.batch_id),
+        LEFT_KEYS: (lambda: audit.left_keys(left_from(), parent.left, bounds)) if remembers
         else audit.ENTRY_ARROW_SCHEMA.empty_table(),  # nothing is remembered (or the audit is off)
     }
     # Outputs the books show empty without a pass (no invalid line, no repeated message_id; the
     # audit off, or no entry that can have left) are written from the driver. The books still
     # add up: every line is counted by the census and the other outputs' writes.
-    empty = {"quarantine": tally.quarantined(input_lines) == 0,
-             LEFT_KEYS: not settings.audit_horizon or (left_from is None and parent.left is None)}
-    paths = {name: f"{staging}/{name}" for name in staged}
-    written = {}
+    empty = {"quarantine": tally.quarantined(input_lines) == 0, LEFT_KEYS: not remembers}
     for name, frame in staged.items():
         path = paths[name]
+        frame = outputs[name] = frame() if callable(frame) else frame
         if isinstance(frame, pa.Table):  # held by the driver
             written[name] = _write_table(warehouse.fs, frame, path)
         else:
@@ -340,8 +347,8 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     # 4. check the books
     counts = _counts(input_lines, tally, written)
     digests = {}  # of the snapshot as written: what the next batch reads
-    if isinstance(staged["id_cache"], pa.Table):  # the driver wrote it: digested there, not read back
-        parts = driver_digests.entry_digests(staged["id_cache"])
+    if isinstance(outputs["id_cache"], pa.Table):  # the driver wrote it: digested there, not read back
+        parts = driver_digests.entry_digests(outputs["id_cache"])
     else:
         parts = transforms.entry_digests(
             spark.read.schema(transforms.SNAPSHOT_SCHEMA).parquet(paths["id_cache"])).collect()
@@ -527,7 +534,7 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
                                       quiet)
     units = _kept(transforms.rank_in_caches(transforms.assign_units(marked)), kept)
     verdicts, decisions, _ = _verdicts(spark, units, kernel_entries, copies, windows, batch_id, kept)
-    verdicts = _kept(verdicts, kept)  # the tally, the outputs and the snapshot read them
+    verdicts = _kept(verdicts(), kept)  # the tally, the outputs and the snapshot read them
     tally = _Tally(transforms.verdict_counts(verdicts).collect())
     return _Decided(verdicts, copies, repeated_keys, entries_met, left_met,
                     *_queues(spark, decisions, apama, resting), tally)
@@ -556,9 +563,10 @@ class _KernelOnDriver:
 
 def _verdicts(spark: SparkSession, units: DataFrame, kernel_entries: DataFrame | None, copies: DataFrame,
               windows: dict, batch_id: str, kept: list[DataFrame], stream_rows: int | None = None
-              ) -> tuple[DataFrame, DataFrame, _KernelOnDriver | None]:
-    """Every valid message's verdict (not kept: the caller keeps it where more than one pass reads
-    it), the kernel's output, and its stream and output where the driver holds them (else None):
+              ) -> tuple[Callable[[], DataFrame], DataFrame, _KernelOnDriver | None]:
+    """Every valid message's verdict (a function that plans them, once: a batch whose driver tallied
+    them may never read them; not kept: the caller keeps them where more than one pass reads
+    them), the kernel's output, and its stream and output where the driver holds them (else None):
     the contested ``units`` through the kernel with the parent's
     ``kernel_entries``, on the driver when they are few (planning.kernel_on_driver), else in one
     Spark task; the others by ``transforms.verdicts``. ``stream_rows``: the stream's rows, where
@@ -573,9 +581,9 @@ def _verdicts(spark: SparkSession, units: DataFrame, kernel_entries: DataFrame |
         decisions = spark.createDataFrame(held.decisions, transforms.OUTPUT_SPARK_SCHEMA)
     else:
         decisions = _kept(transforms.decide(stream, windows, batch_id), kept)
-    # the kernel's verdicts (at most a row per row of its stream) meet every unit: broadcast
-    verdicts = transforms.verdicts(units, _broadcast_if_small(decisions, stream_rows), copies,
-                                   _starts(spark, windows))
+    @functools.cache
+    def verdicts() -> DataFrame:  # the kernel's verdicts (at most a row per row of its stream) meet every unit
+        return transforms.verdicts(units, _broadcast_if_small(decisions, stream_rows), copies, _starts(spark, windows))
     return verdicts, decisions, held
 
 
@@ -658,8 +666,14 @@ def _decide_ranked(spark: SparkSession, messages: DataFrame, ranked: _Ranked, wi
     The repeated keys and the parent's entries and left keys they meet are found only if
     ``audited`` (the window-miss audit is on): nothing else reads them."""
     apama = cache_windows.of_policy(windows, APAMA)
-    # kept, computed by the first pass that reads them (the kernel's stream)
-    units = _kept(unit_ranks.units(messages, ranked.by_line, apama), kept)
+    units = unit_ranks.units(messages, ranked.by_line, apama)
+    # Read once, by the kernel's stream, where the driver runs the kernel and tallies its verdicts
+    # and no audit or Apama cache reads them again (the snapshot reads the delivered output,
+    # ``_acceptances``); else kept, computed by the first pass that reads them
+    tallied_on_driver = (ranked.stream_rows is not None and kernel_on_driver(spark, ranked.stream_rows)
+                         and addresses is not None)
+    if not (tallied_on_driver and not audited and not apama):
+        units = _kept(units, kept)
     kernel_entries = None if ranked.counted is None else _union(ranked.counted, ranked.queued)
     verdicts, decisions, held = _verdicts(spark, units, kernel_entries, copies, windows, batch_id, kept,
                                           ranked.stream_rows)
@@ -673,7 +687,7 @@ def _decide_ranked(spark: SparkSession, messages: DataFrame, ranked: _Ranked, wi
             spark.createDataFrame(found.dropped, driver_verdicts.DROPPED_SPARK_SCHEMA))
         del found
     else:  # the tally, the outputs and the snapshot read them
-        verdicts = _kept(verdicts, kept)
+        verdicts = _kept(verdicts(), kept)
         tally = _Tally(transforms.verdict_counts(verdicts).collect())
     queues = _queues(spark, decisions, apama, ranked.resting)
     if not audited:
@@ -829,6 +843,19 @@ def _new_snapshot(spark: SparkSession, decided: _Decided, parent: _Parent, entri
         return driver_decide.snapshot(decided.on_driver.verdicts, parent.on_driver, apama, snapshot_limits(caches),
                                       decided.on_driver.apama_entries, batch_id)
     return transforms.snapshot(entries(), _limits(spark, caches), decided.apama_entries, queued=bool(apama))
+
+
+def _acceptances(spark: SparkSession, delivered: DataFrame | pa.Table, path: str, apama: list[str],
+                 verdicts: Callable[[], DataFrame], batch_id: str) -> DataFrame:
+    """The batch's acceptances as cache entries (transforms.acceptances). Where no Apama cache can
+    queue one and Spark wrote the ``delivered`` output (at ``path``), read from that output's narrow
+    columns (transforms.delivered_acceptances): every acceptance is a delivered message with its
+    cache_seq, and Parquet reads those columns alone. Made from the ``verdicts`` again instead, the
+    snapshot re-planned the kernel's verdicts over every unit (about ten broadcasts), and a batch
+    whose driver tallied the verdicts kept its units only for that (docs/benchmarks.md)."""
+    if not apama and isinstance(delivered, DataFrame):
+        return transforms.delivered_acceptances(spark.read.schema(delivered.schema).parquet(path), batch_id)
+    return transforms.acceptances(verdicts(), batch_id)
 
 
 def _lookup(spark: SparkSession, verdicts: DataFrame, starts: DataFrame, instants: bool) -> DataFrame | None:

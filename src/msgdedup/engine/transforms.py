@@ -431,6 +431,16 @@ def acceptances(verdicts: DataFrame, batch_id: str) -> DataFrame:
                     F.when(F.col("queue").isNotNull(), F.col("source_id")).alias("source_id"), "queue"))
 
 
+def delivered_acceptances(delivered: DataFrame, batch_id: str) -> DataFrame:
+    """``acceptances`` of a batch whose caches queue none (no Apama cache), from its ``delivered``
+    output (``delivered``'s rows): the delivered messages with a cache_seq, which entered their
+    cache at ``entered_at_us``."""
+    return (delivered.filter(F.col("cache_seq").isNotNull())
+            .select("cache", "dedup_key", "cache_seq", "message_id", "address",
+                    F.lit(batch_id).alias("accepted_batch_id"), F.col("entered_at_us").alias("received_at_us"),
+                    *(F.lit(None).cast("string").alias(c) for c in ("source_id", "queue"))))
+
+
 def snapshot_limits(cache: dict) -> tuple[int | None, int | None]:
     """A count or time cache's snapshot limits after the batch (``cache``: its manifest entry):
     ``floor`` = new counter - count limit, ``oldest_us`` = the cache's time - duplicate_window,
