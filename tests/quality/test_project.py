@@ -58,3 +58,17 @@ def test_project_loads_with_stores_outside_git(tmp_path):
         checkpoint_name(t.name, pandas) for t in CHECKED_TABLES for pandas in (False, True))
     urls = context.get_docs_sites_urls(site_name=DATA_DOCS_SITE, only_if_exists=False)
     assert urls[0]["site_url"].startswith(f"file://{tmp_path}/data_docs")
+
+
+def test_a_checked_table_keeps_the_columns_gx_reads_of_it():
+    """The gate keeps (caches, collects) each checked table with ``CheckedTable.columns`` only: every
+    column an expectation's domain names, and the index columns that name an offending row."""
+    for table in CHECKED_TABLES:
+        read = set(table.result_format()["unexpected_index_column_names"])
+        for expectation in table.build_expectations():
+            domain = expectation.configuration.get_domain_kwargs()
+            assert set(domain) <= {"column", "column_A", "column_B", "batch_id", "row_condition",
+                                   "condition_parser"}, domain
+            read |= {domain[name] for name in ("column", "column_A", "column_B") if name in domain}
+        assert set(table.columns) == read, table.name
+        assert table.columns[:len(table.index_columns)] == table.index_columns

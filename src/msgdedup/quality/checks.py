@@ -26,7 +26,7 @@ which the ``gx_gate.py`` command spends while the JVM starts (``gate.main``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from great_expectations.expectations import Expectation
@@ -38,15 +38,30 @@ def _notes(text: str) -> dict:
     return {"notes": {"format": "markdown", "content": [text]}}
 
 
-def _expect(kind: str, note: str, **kwargs: Any) -> Callable[[], "Expectation"]:
+# The keyword arguments by which a GX expectation names the columns it reads.
+_COLUMN_ARGUMENTS = ("column", "column_A", "column_B")
+
+
+@dataclass(frozen=True)
+class _Expect:
     """A factory of the GX expectation class ``kind`` with ``kwargs`` and a note for readers."""
 
-    def build() -> "Expectation":
+    kind: str
+    note: str
+    kwargs: dict
+
+    def __call__(self) -> "Expectation":
         import great_expectations as gx
 
-        return getattr(gx.expectations, kind)(**kwargs, meta=_notes(note))
+        return getattr(gx.expectations, self.kind)(**self.kwargs, meta=_notes(self.note))
 
-    return build
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return tuple(self.kwargs[name] for name in _COLUMN_ARGUMENTS if name in self.kwargs)
+
+
+def _expect(kind: str, note: str, **kwargs: Any) -> _Expect:
+    return _Expect(kind, note, kwargs)
 
 
 @dataclass(frozen=True)
@@ -54,10 +69,17 @@ class CheckedTable:
     name: str
     description: str
     index_columns: tuple[str, ...]
-    expectations: tuple[Callable[[], "Expectation"], ...] = field(default_factory=tuple)
+    expectations: tuple[_Expect, ...] = field(default_factory=tuple)
 
     def build_expectations(self) -> list["Expectation"]:
         return [factory() for factory in self.expectations]
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The columns GX reads of the table: its index columns (which name an offending row in
+        the results) and those its expectations check. The rest of a checked table only builds
+        the descriptions those hold (gaps, limits, counts), and is not kept with it."""
+        return tuple(dict.fromkeys([*self.index_columns, *(c for e in self.expectations for c in e.columns)]))
 
     def result_format(self) -> dict:
         return {
@@ -67,7 +89,7 @@ class CheckedTable:
         }
 
 
-def _required(column: str) -> Callable[[], "Expectation"]:
+def _required(column: str) -> _Expect:
     return _expect("ExpectColumnValuesToNotBeNull",
                    f"`{column}` is required by the envelope; a message without it cannot be published.",
                    column=column)
