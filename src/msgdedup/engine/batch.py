@@ -40,7 +40,7 @@ from msgdedup.engine.planning import (
 from msgdedup.engine.reading import InputError, list_input_files, plain_json_lines, read_lines, read_on_driver
 from msgdedup.engine.lease import WarehouseBusy
 from msgdedup.engine.warehouse import CommitConflict, Transaction, Warehouse, failpoint
-from msgdedup.layout import LEFT_KEYS, BatchIdError, validate_batch_id
+from msgdedup.layout import LEFT_KEYS, OUTPUTS, BatchIdError, validate_batch_id
 from msgdedup.local_frames import local_frame
 from msgdedup.repeats import repeated_values, values_frame
 from msgdedup.timing import StepTimer
@@ -250,7 +250,7 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
             return _kept(decided.verdicts, kept)
         return decided.verdicts
 
-    paths = {name: f"{staging}/{name}" for name in ("delivered", "dropped", "quarantine", "id_cache", LEFT_KEYS)}
+    paths = {name: f"{staging}/{name}" for name in OUTPUTS}  # the warehouse's check of the staged run reads the same
     written: dict[str, int] = {}
     outputs: dict[str, DataFrame | pa.Table] = {}  # as each was written
 
