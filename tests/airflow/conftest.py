@@ -74,11 +74,20 @@ class LiveAirflow:
 
     def backfill(self, first, last, reprocess="failed", conf=None):
         """A backfill created the way ``make demo`` creates it (REST, lock retries)."""
+        import time
+
         from msgdedup.orchestration.demo import backfill, wait_backfills_done
 
         wait_backfills_done(self.af)
         created = backfill(self.af, first, last, reprocess=reprocess, conf=conf)
-        status, dag = self.api("GET", "/api/v2/dags/message_dedup")  # paused only while creating
+        # paused only while creating: read back unpaused by backfill() (demo.set_paused), and so
+        # here within a few seconds (the API can read a state it just wrote late, on SQLite)
+        deadline = time.monotonic() + 10
+        while True:
+            status, dag = self.api("GET", "/api/v2/dags/message_dedup")
+            if (status == 200 and dag["is_paused"] is False) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         assert status == 200 and dag["is_paused"] is False, dag
         return created
 

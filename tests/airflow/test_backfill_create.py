@@ -58,3 +58,50 @@ def test_any_other_500_fails_at_once():
     api = _ScriptedApi([(500, {"detail": "boom"})], [OURS])
     with pytest.raises(demo.BackfillError, match="after 1 attempt"):
         _create(api)
+
+
+class _PauseApi:
+    """The DAG's pause state as the API server gave it back (CI, December 4): a PATCH answered 200
+    and GETs after it that read the state before it for a while (``stale`` reads), or for good
+    until the state is written again (``lost``: the first PATCH's write did not stick)."""
+
+    def __init__(self, stale: int = 0, lost: bool = False) -> None:
+        self.state, self.stale, self.lost, self.patches = True, stale, lost, 0
+
+    def token(self) -> str:
+        return "t"
+
+    def api(self, method: str, path: str, body=None, token=None):
+        if method == "PATCH":
+            self.patches += 1
+            if not (self.lost and self.patches == 1):
+                self.written = body["is_paused"]
+            return 200, {"is_paused": body["is_paused"]}
+        if self.stale:
+            self.stale -= 1
+            return 200, {"is_paused": self.state}
+        return 200, {"is_paused": getattr(self, "written", self.state)}
+
+
+def test_unpausing_waits_until_the_api_reads_the_dag_unpaused(monkeypatch):
+    clock = iter(range(10_000))
+    monkeypatch.setattr(demo.time, "monotonic", lambda: next(clock) * 0.5)
+    api = _PauseApi(stale=3)
+    demo.set_paused(api, False)
+    assert api.patches == 1 and api.stale == 0  # it read the stale state three times, then the new one
+
+
+def test_an_unpause_that_did_not_stick_is_written_again(monkeypatch):
+    clock = iter(range(10_000))
+    monkeypatch.setattr(demo.time, "monotonic", lambda: next(clock) * 0.5)
+    api = _PauseApi(lost=True)
+    demo.set_paused(api, False)
+    assert api.patches == 2 and api.written is False
+
+
+def test_a_state_that_never_reads_back_is_an_error(monkeypatch):
+    clock = iter(range(10_000))
+    monkeypatch.setattr(demo.time, "monotonic", lambda: next(clock) * 0.5)
+    api = _PauseApi(stale=10_000)
+    with pytest.raises(RuntimeError, match="still reads is_paused=True"):
+        demo.set_paused(api, False)

@@ -195,11 +195,41 @@ def dag_paused(af: LocalAirflow) -> Iterator[None]:
         set_paused(af, False)
 
 
-def set_paused(af: LocalAirflow, paused: bool) -> None:
-    """Pause or unpause the DAG (PATCH /api/v2/dags/<id>); RuntimeError with the API's answer."""
-    status, body = af.api("PATCH", f"/api/v2/dags/{settings.DAG_ID}", {"is_paused": paused}, token=af.token())
-    if status != 200:
-        raise RuntimeError(f"{'pausing' if paused else 'unpausing'} {settings.DAG_ID} failed: {status} {body}")
+# How long set_paused waits for the API to read back the state it wrote, asking again halfway.
+PAUSE_CONFIRM_S = 20
+
+
+def set_paused(af: LocalAirflow, paused: bool, confirm_s: float = PAUSE_CONFIRM_S) -> None:
+    """Pause or unpause the DAG (PATCH /api/v2/dags/<id>), and wait until the API reads it back
+    so; RuntimeError with the API's answer if it refuses, or if the state never reads back.
+
+    Why read it back: on SQLite, right after a backfill's create met the lock, the API answered
+    200 to the unpause and then, 35 ms later, read the DAG as paused (CI, December 4; the
+    scheduler started the backfill's queued run a second later, which it does for unpaused DAGs
+    only, and nothing paused it in between). A DAG left paused after a backfill silently stops
+    its hourly runs, and a caller that reads it paused would not restore it."""
+    doing = "pausing" if paused else "unpausing"
+    path = f"/api/v2/dags/{settings.DAG_ID}"
+
+    def write() -> None:
+        status, body = af.api("PATCH", path, {"is_paused": paused}, token=af.token())
+        if status != 200:
+            raise RuntimeError(f"{doing} {settings.DAG_ID} failed: {status} {body}")
+
+    deadline, written_again = time.monotonic() + confirm_s, False
+    write()
+    while True:
+        status, body = af.api("GET", path, token=af.token())
+        if status == 200 and body.get("is_paused") is paused:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{doing} {settings.DAG_ID}: the API still reads "
+                               f"{'is_paused=' + str(body.get('is_paused')) if status == 200 else body} "
+                               f"after {confirm_s}s")
+        time.sleep(0.5)
+        if not written_again and time.monotonic() > deadline - confirm_s / 2:
+            written_again = True  # the write itself may have been lost: write it again, once
+            write()
 
 
 def backfill(af: LocalAirflow, first: str, last: str, reprocess: str = "failed",
