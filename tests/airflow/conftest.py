@@ -74,20 +74,12 @@ class LiveAirflow:
 
     def backfill(self, first, last, reprocess="failed", conf=None):
         """A backfill created the way ``make demo`` creates it (REST, lock retries)."""
-        import time
-
-        from msgdedup.orchestration.demo import backfill, wait_backfills_done
+        from msgdedup.orchestration.demo import backfill, read_back_paused, wait_backfills_done
 
         wait_backfills_done(self.af)
         created = backfill(self.af, first, last, reprocess=reprocess, conf=conf)
-        # paused only while creating: read back unpaused by backfill() (demo.set_paused), and so
-        # here within a few seconds (the API can read a state it just wrote late, on SQLite)
-        deadline = time.monotonic() + 10
-        while True:
-            status, dag = self.api("GET", "/api/v2/dags/message_dedup")
-            if (status == 200 and dag["is_paused"] is False) or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
+        # paused only while creating (read back within seconds: the API can read its writes late)
+        status, dag = read_back_paused(self.af, False, timeout=10)
         assert status == 200 and dag["is_paused"] is False, dag
         return created
 
@@ -162,9 +154,10 @@ def live_airflow(tmp_path_factory):
 @pytest.fixture(scope="package")
 def backfilled(live_airflow):
     """E2E_HOURS processed by a backfill (``POST /api/v2/backfills``) through the scheduler."""
+    from msgdedup.orchestration.demo import set_paused
+
     live = live_airflow
-    status, body = live.api("PATCH", "/api/v2/dags/message_dedup", {"is_paused": False})
-    assert status == 200, body
+    set_paused(live.af, False)  # RuntimeError with the API's answer if it refuses or never reads back
     live.backfill(E2E_HOURS[0], E2E_HOURS[-1])
     runs = live.wait_batches(list(E2E_HOURS))
     return live, runs

@@ -66,7 +66,8 @@ class _PauseApi:
     until the state is written again (``lost``: the first PATCH's write did not stick)."""
 
     def __init__(self, stale: int = 0, lost: bool = False) -> None:
-        self.state, self.stale, self.lost, self.patches = True, stale, lost, 0
+        self.before = self.written = True  # paused
+        self.stale, self.lost, self.patches = stale, lost, 0
 
     def token(self) -> str:
         return "t"
@@ -79,29 +80,30 @@ class _PauseApi:
             return 200, {"is_paused": body["is_paused"]}
         if self.stale:
             self.stale -= 1
-            return 200, {"is_paused": self.state}
-        return 200, {"is_paused": getattr(self, "written", self.state)}
+            return 200, {"is_paused": self.before}
+        return 200, {"is_paused": self.written}
 
 
-def test_unpausing_waits_until_the_api_reads_the_dag_unpaused(monkeypatch):
-    clock = iter(range(10_000))
-    monkeypatch.setattr(demo.time, "monotonic", lambda: next(clock) * 0.5)
+@pytest.fixture
+def _clock(monkeypatch):
+    """Half a second passes at every reading of the clock (sleeps take none: ``_no_sleep``)."""
+    ticks = iter(range(10_000))
+    monkeypatch.setattr(demo.time, "monotonic", lambda: next(ticks) * 0.5)
+
+
+def test_unpausing_waits_until_the_api_reads_the_dag_unpaused(_clock):
     api = _PauseApi(stale=3)
     demo.set_paused(api, False)
     assert api.patches == 1 and api.stale == 0  # it read the stale state three times, then the new one
 
 
-def test_an_unpause_that_did_not_stick_is_written_again(monkeypatch):
-    clock = iter(range(10_000))
-    monkeypatch.setattr(demo.time, "monotonic", lambda: next(clock) * 0.5)
+def test_an_unpause_that_did_not_stick_is_written_again(_clock):
     api = _PauseApi(lost=True)
     demo.set_paused(api, False)
     assert api.patches == 2 and api.written is False
 
 
-def test_a_state_that_never_reads_back_is_an_error(monkeypatch):
-    clock = iter(range(10_000))
-    monkeypatch.setattr(demo.time, "monotonic", lambda: next(clock) * 0.5)
+def test_a_state_that_never_reads_back_is_an_error(_clock):
     api = _PauseApi(stale=10_000)
     with pytest.raises(RuntimeError, match="still reads is_paused=True"):
         demo.set_paused(api, False)

@@ -195,7 +195,8 @@ def dag_paused(af: LocalAirflow) -> Iterator[None]:
         set_paused(af, False)
 
 
-# How long set_paused waits for the API to read back the state it wrote, asking again halfway.
+# How long set_paused waits for the API to read back the state it wrote (half of it before
+# writing it again).
 PAUSE_CONFIRM_S = 20
 
 
@@ -209,27 +210,27 @@ def set_paused(af: LocalAirflow, paused: bool, confirm_s: float = PAUSE_CONFIRM_
     only, and nothing paused it in between). A DAG left paused after a backfill silently stops
     its hourly runs, and a caller that reads it paused would not restore it."""
     doing = "pausing" if paused else "unpausing"
-    path = f"/api/v2/dags/{settings.DAG_ID}"
-
-    def write() -> None:
-        status, body = af.api("PATCH", path, {"is_paused": paused}, token=af.token())
+    for _ in range(2):  # the first write itself may have been lost: written again, once
+        status, body = af.api("PATCH", f"/api/v2/dags/{settings.DAG_ID}", {"is_paused": paused}, token=af.token())
         if status != 200:
             raise RuntimeError(f"{doing} {settings.DAG_ID} failed: {status} {body}")
-
-    deadline, written_again = time.monotonic() + confirm_s, False
-    write()
-    while True:
-        status, body = af.api("GET", path, token=af.token())
+        status, body = read_back_paused(af, paused, confirm_s / 2)
         if status == 200 and body.get("is_paused") is paused:
             return
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{doing} {settings.DAG_ID}: the API still reads "
-                               f"{'is_paused=' + str(body.get('is_paused')) if status == 200 else body} "
-                               f"after {confirm_s}s")
+    raise RuntimeError(f"{doing} {settings.DAG_ID}: the API still reads "
+                       f"{'is_paused=' + str(body.get('is_paused')) if status == 200 else body} after {confirm_s}s")
+
+
+def read_back_paused(af: LocalAirflow, paused: bool, timeout: float) -> tuple[int, Any]:
+    """GET the DAG until the API reads its ``is_paused`` as ``paused`` or ``timeout`` passes;
+    the last answer (status, body). The API can read a state it has just written late
+    (``set_paused``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status, body = af.api("GET", f"/api/v2/dags/{settings.DAG_ID}", token=af.token())
+        if (status == 200 and body.get("is_paused") is paused) or time.monotonic() > deadline:
+            return status, body
         time.sleep(0.5)
-        if not written_again and time.monotonic() > deadline - confirm_s / 2:
-            written_again = True  # the write itself may have been lost: write it again, once
-            write()
 
 
 def backfill(af: LocalAirflow, first: str, last: str, reprocess: str = "failed",
