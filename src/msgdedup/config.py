@@ -297,6 +297,13 @@ class AddressSettings:
     def as_dict(self) -> dict[str, dict[str, Any]]:
         return {p: s.as_dict() for p, s in sorted(self.entries.items())}
 
+    @property
+    def own_caches(self) -> bool:
+        """Whether every address checks its keys in a cache of its own (no ``domain``, no size 0,
+        no Apama queue): then an address's cache is known without matching it to an entry, so
+        the engine can compute the keys before it knows the batch's addresses."""
+        return all(s.domain is None and s.checks and s.policy != APAMA for s in self.entries.values())
+
     def fingerprint(self) -> str:
         canonical = json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()

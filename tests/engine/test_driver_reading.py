@@ -15,7 +15,7 @@ import random
 import pyarrow as pa
 import pytest
 
-from msgdedup.config import parse_settings
+from msgdedup.config import AddressSettings, parse_settings
 from msgdedup.engine import driver_decide, parsing, transforms
 from msgdedup.engine.batch import _domain_frame, _domains, _parse
 from msgdedup.engine.filesystem import HadoopFS
@@ -65,7 +65,7 @@ def _parsed(spark, files, on_driver: bool):
     spark.conf.set(DRIVER_READ_BYTES_CONF, str(16 << 20) if on_driver else "-1")
     kept = []
     try:
-        parsed, lines, addresses, keyed, table = _parse(spark, HadoopFS(spark), files, kept)
+        parsed, lines, addresses, keyed, table, _ = _parse(spark, HadoopFS(spark), files, AddressSettings(), kept)
         assert (parsed is None) == on_driver == (table is not None), "read on the driver: not yet in Spark"
         return _rows(table if on_driver else parsed), lines, addresses, keyed
     finally:

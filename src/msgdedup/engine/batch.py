@@ -195,7 +195,8 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     needs it, and a Spark job is only run where the driver needs an answer (a count, a tally) or
     an output is written."""
     # 1. parse every line once
-    parsed, input_lines, addresses, keyed, parsed_on_driver = _parse(spark, warehouse.fs, files, kept)
+    parsed, input_lines, addresses, keyed, parsed_on_driver, keys_found = _parse(spark, warehouse.fs, files,
+                                                                                 settings, kept)
     on_driver = decides_on_driver(spark, input_lines)
     # read and decided on the driver, a batch's outputs are made there too (driver_outputs.py):
     # Spark never sees its rows. Else the rows the driver read go to Spark, kept for every reader
@@ -220,7 +221,7 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
             keys = keys.toArrow()
     else:
         with_keys = parsing.with_cache_keys(valid, _domain_frame(spark, domains))
-        keys = with_keys.select(*transforms.KEY_COLUMNS)
+        keys = with_keys.select(*transforms.KEY_COLUMNS) if keys_found is None else keys_found.keys
     snapshot = _parent_snapshot(spark, warehouse, txn.parent, windows)
     parent = _Parent(
         counted=None if snapshot is None else snapshot.filter(~F.col("cache").isin(apama or [""])),
@@ -231,7 +232,7 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     source_files = [f.path for f in files]
     decided = (_decide_on_driver(spark, keys, parent, windows, txn.batch_id, source_files, kept) if on_driver
                else _decide_in_spark(spark, keys, parent, windows, txn.batch_id, source_files, kept, input_lines,
-                                     addresses, bool(settings.audit_horizon)))
+                                     addresses, bool(settings.audit_horizon), keys_found))
     tally = decided.tally
     accepted = tally.accepted_per_cache()
     caches = manifests.cache_counters(windows, accepted, tally.clocks(windows, decided.apama_clocks))
@@ -360,29 +361,77 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     return Staged(counts, caches, fingerprint, invalidate, window_audit)
 
 
-def _parse(spark: SparkSession, fs: HadoopFS, files: list, kept: list[DataFrame]
-           ) -> tuple[DataFrame | None, int, set, set, pa.Table | None]:
+def _parse(spark: SparkSession, fs: HadoopFS, files: list, settings: AddressSettings, kept: list[DataFrame]
+           ) -> tuple[DataFrame | None, int, set, set, pa.Table | None, _KeysFound | None]:
     """Every line of the batch parsed (parsing.PARSED_COLUMNS), and its census: (parsed, lines,
     addresses, keyed, and the parsed rows as an Arrow table when the driver parsed them, then
-    not yet in Spark: parsed is None). In the JVM where a line is certainly valid, else in Python
+    not yet in Spark: parsed is None; and the valid messages' keys where the census found them,
+    ``_census_with_keys``). In the JVM where a line is certainly valid, else in Python
     (parsing.py); a small batch of plain JSON lines all in Python, on the driver, without a Spark
     job (planning.reads_on_driver)."""
     if plain_json_lines(files) and reads_on_driver(spark, sum(f.size for f in files)):
         table = parsing.parse_on_driver(read_on_driver(fs, files))
-        return None, *parsing.census_on_driver(table), table
-    lines = read_lines(spark, files)
+        return None, *parsing.census_on_driver(table), table, None
+    lines, counted = read_lines(spark, files)
     if lines is None:
-        return local_frame(spark, [], parsing.PARSED_SPARK_SCHEMA), 0, set(), set(), None
+        return local_frame(spark, [], parsing.PARSED_SPARK_SCHEMA), 0, set(), set(), None, None
     fast = _kept(parsing.fast_parse(lines), kept)
-    seen = parsing.census(fast).first()
-    input_lines, addresses, keyed = seen["lines"], set(seen["addresses"]), set(map(tuple, seen["keyed"]))
-    slow = None
-    if seen["slow"]:
-        slow = _kept(parsing.slow_parse(fast.filter("slow")), kept)
-        seen = parsing.census(slow).first()
-        addresses |= set(seen["addresses"])
-        keyed |= set(map(tuple, seen["keyed"]))
-    return parsing.parsed_lines(fast, slow), input_lines, addresses, keyed, None
+    found = _find_keys(fast, kept) if counted is not None and _census_with_keys(spark, counted, settings) else None
+    if found is not None:
+        input_lines, slow, addresses, keyed = found.census
+    else:
+        seen = parsing.census(fast).first()
+        input_lines, slow = seen["lines"], seen["slow"]
+        addresses, keyed = set(seen["addresses"]), set(map(tuple, seen["keyed"]))
+    slow_rows = None
+    if slow:
+        slow_rows = _kept(parsing.slow_parse(fast.filter("slow")), kept)
+        if found is not None:  # the keys of the lines Python decided, found as those of the others
+            _, _, more, more_keyed = found.add(_find_keys(slow_rows, kept)).census
+        else:
+            seen = parsing.census(slow_rows).first()
+            more, more_keyed = set(seen["addresses"]), set(map(tuple, seen["keyed"]))
+        addresses |= more
+        keyed |= more_keyed
+    return parsing.parsed_lines(fast, slow_rows), input_lines, addresses, keyed, None, found
+
+
+@dataclass
+class _KeysFound:
+    """The valid messages' key columns (transforms.KEY_COLUMNS, kept) and what the driver ranks
+    their units by (unit_ranks.COLLECTED), found by the parse's first pass (``_find_keys``) with
+    its census (parsing.census_of_keys: lines, slow, addresses, keyed)."""
+
+    keys: DataFrame
+    rows: pa.Table | None  # None once taken (``_decide_in_spark``)
+    census: tuple[int, int, set[str], set[tuple[str, bool]]]
+
+    def add(self, other: _KeysFound) -> _KeysFound:
+        """These and ``other``'s keys (of other lines): ``other`` returned."""
+        self.keys = self.keys.unionByName(other.keys)
+        self.rows = pa.concat_tables([self.rows, other.rows])
+        return other
+
+
+def _find_keys(parsed: DataFrame, kept: list[DataFrame]) -> _KeysFound:
+    """The keys of ``parsed`` (fast_parse's or slow_parse's rows) where every address is its own
+    cache, kept, and their census and ranks' rows collected by the pass that computes them."""
+    keys = _kept(parsing.with_own_cache_keys(parsed).select(*parsing.census_columns(parsed), *transforms.KEY_COLUMNS),
+                 kept)
+    *census, rows = parsing.census_of_keys(keys.select(*parsing.CENSUS_COLUMNS, *unit_ranks.columns([])).toArrow())
+    return _KeysFound(keys.filter("valid").select(*transforms.KEY_COLUMNS), rows, tuple(census))
+
+
+def _census_with_keys(spark: SparkSession, lines: int, settings: AddressSettings) -> bool:
+    """Whether the parse's first pass finds the keys with the census (``_KeysFound``): where the
+    batch is decided in Spark and its units ranked on the driver, which collects their key
+    columns anyway, and every address is its own cache (``settings.own_caches``), so no address
+    has to be known to compute its keys. Then that pass hands the driver the census's rows and
+    the ranks' together, and the key columns are kept by it: one pass over the parsed lines
+    instead of two (a census, then the key columns read back from the kept wide rows: about 2 s
+    more of a 1M batch, docs/benchmarks.md)."""
+    return (settings.own_caches and not decides_on_driver(spark, lines)
+            and ranks_on_driver(spark, lines, senders=False))
 
 
 @dataclass(frozen=True)
@@ -456,24 +505,31 @@ class _DriverVerdicts:
 
 def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, windows: dict, batch_id: str,
                      source_files: list[str], kept: list[DataFrame], input_lines: int, addresses: set[str],
-                     audited: bool) -> _Decided:
+                     audited: bool, found: _KeysFound | None = None) -> _Decided:
     """transforms.py's plan: uncontested units by joins and windows, in parallel; contested ones
     through the kernel, on the driver when they are few (planning.kernel_on_driver), else in one
     Spark task. Where the units are, which are contested, their ranks in their caches and the
     Apama caches' quiet senders, the driver finds where they fit it (``_ranks``,
     planning.ranks_on_driver); else a window over the transactions, an aggregation of the keys, a
     window over every keyed message and one of the senders do. ``audited``: the window-miss audit
-    is on (only it reads the repeated keys of a batch ranked on the driver)."""
+    is on (only it reads the repeated keys of a batch ranked on the driver). ``found``: the
+    rows the units are ranked by, where the parse's census collected them (``keys`` are kept
+    then); taken from it, so that they are not held once ranked."""
     apama = cache_windows.of_policy(windows, APAMA)
     # the key columns, computed once from the parsed rows (kept on disk, wide) by the first pass
     # and read from here by the next ones
-    keys = _kept(keys, kept)
+    collected = None
+    if found is None:
+        keys = _kept(keys, kept)
+    else:
+        collected, found.rows = found.rows, None
     # the units placed and ranked on the driver (unit_ranks.py), where they fit: the pass that
     # computes the key columns collects what that needs, the ids' hashes with it
     caches = _names_by_hash(spark, list(windows), unit_ranks.cache_hash(), "cache")
     ranked = ranks_on_driver(spark, input_lines, bool(apama)) and caches is not None
     if ranked:
-        rows = keys.select(*unit_ranks.columns(apama)).toArrow()
+        rows = keys.select(*unit_ranks.columns(apama)).toArrow() if collected is None else collected
+        collected = None
         repeated = repeated_values(rows["id_hash"])
         suspects, suspected = values_frame(spark, repeated, "id_hash"), len(repeated)
     else:

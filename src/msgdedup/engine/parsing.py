@@ -212,12 +212,49 @@ def with_cache_keys(messages: DataFrame, domains: DataFrame) -> DataFrame:
     keys are checked in, ``checks``: False when detection is off): the Artemis-style address
     matching stays in Python (config.py) and runs once per address.
     """
+    joined = messages.join(F.broadcast(domains), "address", "left")
+    return _with_keys(joined, F.col("domain"), F.col("checks")).drop("domain", "checks")
+
+
+def with_own_cache_keys(messages: DataFrame) -> DataFrame:
+    """``with_cache_keys`` where every address is its own domain and checks its keys
+    (config.AddressSettings.own_caches): no address has to be known first, so the pass that
+    parses the lines can compute their keys too, and the census with them (``census_of_keys``)."""
+    return _with_keys(messages, F.col("address"), F.lit(True))
+
+
+def _with_keys(messages: DataFrame, domain: Column, checked: Column) -> DataFrame:
     bridge, duplicate_id = _key_properties()
-    checked = F.col("checks")
     return (
-        messages.join(F.broadcast(domains), "address", "left")
-        .withColumn("cache", F.when(checked & bridge.isNotNull(), F.concat(F.lit(BRIDGE_CACHE_PREFIX), "domain"))
-                    .when(checked & duplicate_id.isNotNull(), F.col("domain")))
+        messages
+        .withColumn("cache", F.when(checked & bridge.isNotNull(), F.concat(F.lit(BRIDGE_CACHE_PREFIX), domain))
+                    .when(checked & duplicate_id.isNotNull(), domain))
         .withColumn("dedup_key", F.when(checked, F.coalesce(bridge, duplicate_id)))
-        .drop("domain", "checks")
     )
+
+
+# What ``census_of_keys`` reads of every line, besides the key columns it passes on.
+CENSUS_COLUMNS = ["slow", "valid", "address_seen", "bridge"]
+
+
+def census_columns(parsed: DataFrame) -> list[Column]:
+    """``CENSUS_COLUMNS`` of ``with_own_cache_keys(parsed)``'s rows (``parsed``: fast_parse's, or
+    slow_parse's, which leaves no line to Python): whether the line is left to Python, whether it
+    is a valid message, its address and whether its key is a bridge's."""
+    slow = F.col("slow") if "slow" in parsed.columns else F.lit(False)
+    return [slow.alias("slow"), (~slow & F.col("error").isNull()).alias("valid"),
+            F.col("address").alias("address_seen"), _key_properties()[0].isNotNull().alias("bridge")]
+
+
+def census_of_keys(rows: pa.Table) -> tuple[int, int, set[str], set[tuple[str, bool]], pa.Table]:
+    """``census`` from rows the driver collected of every line of ``fast_parse`` (``CENSUS_COLUMNS``
+    and ``key_hash``, null for a message without a key): (lines, slow, addresses, keyed, the
+    valid messages' rows without ``CENSUS_COLUMNS``)."""
+    valid = rows["valid"]
+    keys = pc.and_(valid, rows["key_hash"].is_valid())
+    pairs = pa.table({"address": rows["address_seen"].filter(keys), "bridge": rows["bridge"].filter(keys)})
+    keyed = {(r["address"], r["bridge"]) for r in pairs.group_by(["address", "bridge"]).aggregate([]).to_pylist()}
+    addresses = set(pc.unique(rows["address_seen"].filter(valid)).to_pylist())
+    slow = pc.sum(rows["slow"].cast(pa.int64())).as_py() or 0
+    messages = rows if pc.all(valid).as_py() else rows.filter(valid)  # nearly always all of them
+    return rows.num_rows, slow, addresses, keyed, messages.drop_columns(CENSUS_COLUMNS)

@@ -24,6 +24,7 @@ What the listing and the reader promise (docs/semantics.md §1, "Files"):
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -165,7 +166,9 @@ def _text(spark: SparkSession, paths: list[str]) -> DataFrame:
     )
 
 
-def _json_lines(spark: SparkSession, files: list[InputFile], listing: list[InputFile]) -> DataFrame:
+def _json_lines(spark: SparkSession, files: list[InputFile], listing: list[InputFile],
+                counted: list[int] | None = None) -> DataFrame:
+    """The lines of JSON-lines ``files``, numbered; their count is appended to ``counted``."""
     lines = _text(spark, [f.path for f in files])
     # One row per split: small, so the running line count per file is done here in Python. This
     # is the pass that reads every byte, so it is also where an unreadable file shows.
@@ -181,6 +184,8 @@ def _json_lines(spark: SparkSession, files: list[InputFile], listing: list[Input
         seen = before.get(b[FILE_URI], 0)
         rows.append((b[FILE_URI], b["block_start"], b["first_row"], seen, index, path))
         before[b[FILE_URI]] = seen + b["rows"]
+    if counted is not None:
+        counted.append(sum(before.values()))
     block_table = local_frame(
         spark, rows, f"{FILE_URI} string, block_start long, first_row long, lines_before long, "
               f"{FILE_INDEX} int, {SOURCE_FILE} string")
@@ -353,21 +358,25 @@ def _unreadable_rows(spark: SparkSession, unreadable: dict[str, str], listing: l
         f"{RAW} binary, {FILE_INDEX} int, {SOURCE_FILE} string, {LINE_NUMBER} long, {READ_ERROR} string")
 
 
-def read_lines(spark: SparkSession, files: list[InputFile]) -> DataFrame | None:
-    """Every input line as (raw bytes, file index, source file, line number, read error); None for
-    an empty batch. ``files`` is the sorted listing: the file index is the rank of the file's path."""
+def read_lines(spark: SparkSession, files: list[InputFile]) -> tuple[DataFrame | None, int | None]:
+    """Every input line as (raw bytes, file index, source file, line number, read error), None for
+    an empty batch; and how many there are where the reading counted them already (JSON lines
+    only: their numbering counts each split's lines; else None). ``files`` is the sorted listing:
+    the file index is the rank of the file's path."""
     unreadable: dict[str, str] = {}
+    counted: list[int] = []
     frames = []
-    for file_format, read in (("json", _json_lines), ("parquet", _parquet_rows)):
+    for file_format, read in (("json", functools.partial(_json_lines, counted=counted)), ("parquet", _parquet_rows)):
         chosen = [f for f in files if f.format == file_format and f.size > 0]
         if chosen:
             frames.append(_readable(spark, read, chosen, files, unreadable))
+    lines = sum(counted) + len(unreadable) if all(f.format == "json" for f in files) else None
     frames = [frame for frame in frames if frame is not None]
     if unreadable:
         frames.append(_unreadable_rows(spark, unreadable, files))
     if not frames:
-        return None
+        return None, 0
     result = frames[0]
     for frame in frames[1:]:
         result = result.unionByName(frame)
-    return result
+    return result, lines
