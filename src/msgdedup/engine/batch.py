@@ -387,7 +387,9 @@ def _parse(spark: SparkSession, fs: HadoopFS, files: list, settings: AddressSett
     if slow:
         slow_rows = _kept(parsing.slow_parse(fast.filter("slow")), kept)
         if found is not None:  # the keys of the lines Python decided, found as those of the others
-            _, _, more, more_keyed = found.add(_find_keys(slow_rows, kept)).census
+            slow_keys = _find_keys(slow_rows, kept)
+            found.add(slow_keys)
+            _, _, more, more_keyed = slow_keys.census
         else:
             seen = parsing.census(slow_rows).first()
             more, more_keyed = set(seen["addresses"]), set(map(tuple, seen["keyed"]))
@@ -406,16 +408,16 @@ class _KeysFound:
     rows: pa.Table | None  # None once taken (``_decide_in_spark``)
     census: tuple[int, int, set[str], set[tuple[str, bool]]]
 
-    def add(self, other: _KeysFound) -> _KeysFound:
-        """These and ``other``'s keys (of other lines): ``other`` returned."""
+    def add(self, other: _KeysFound) -> None:
+        """Add ``other``'s keys and rows (of other lines: those Python parsed)."""
         self.keys = self.keys.unionByName(other.keys)
         self.rows = pa.concat_tables([self.rows, other.rows])
-        return other
 
 
 def _find_keys(parsed: DataFrame, kept: list[DataFrame]) -> _KeysFound:
-    """The keys of ``parsed`` (fast_parse's or slow_parse's rows) where every address is its own
-    cache, kept, and their census and ranks' rows collected by the pass that computes them."""
+    """The keys of ``parsed`` (fast_parse's or slow_parse's rows; every address its own cache:
+    ``_census_with_keys``), kept, and the census and the ranks' rows collected by the one pass
+    that computes and keeps them."""
     keys = _kept(parsing.with_own_cache_keys(parsed).select(*parsing.census_columns(parsed), *transforms.KEY_COLUMNS),
                  kept)
     *census, rows = parsing.census_of_keys(keys.select(*parsing.CENSUS_COLUMNS, *unit_ranks.columns([])).toArrow())

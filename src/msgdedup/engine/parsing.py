@@ -247,9 +247,10 @@ def census_columns(parsed: DataFrame) -> list[Column]:
 
 
 def census_of_keys(rows: pa.Table) -> tuple[int, int, set[str], set[tuple[str, bool]], pa.Table]:
-    """``census`` from rows the driver collected of every line of ``fast_parse`` (``CENSUS_COLUMNS``
-    and ``key_hash``, null for a message without a key): (lines, slow, addresses, keyed, the
-    valid messages' rows without ``CENSUS_COLUMNS``)."""
+    """``census`` from rows the driver collected of every line (``CENSUS_COLUMNS`` and
+    ``key_hash``, null for a message without a key, of ``with_own_cache_keys`` over fast_parse's
+    or slow_parse's rows): (lines, slow, addresses, keyed, the valid messages' rows without
+    ``CENSUS_COLUMNS``)."""
     valid = rows["valid"]
     keys = pc.and_(valid, rows["key_hash"].is_valid())
     pairs = pa.table({"address": rows["address_seen"].filter(keys), "bridge": rows["bridge"].filter(keys)})
