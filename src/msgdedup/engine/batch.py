@@ -377,25 +377,25 @@ def _parse(spark: SparkSession, fs: HadoopFS, files: list, settings: AddressSett
         return local_frame(spark, [], parsing.PARSED_SPARK_SCHEMA), 0, set(), set(), None, None
     fast = _kept(parsing.fast_parse(lines), kept)
     found = _find_keys(fast, kept) if counted is not None and _census_with_keys(spark, counted, settings) else None
-    if found is not None:
-        input_lines, slow, addresses, keyed = found.census
-    else:
-        seen = parsing.census(fast).first()
-        input_lines, slow = seen["lines"], seen["slow"]
-        addresses, keyed = set(seen["addresses"]), set(map(tuple, seen["keyed"]))
+    input_lines, slow, addresses, keyed = found.census if found is not None else _census(fast)
     slow_rows = None
     if slow:
         slow_rows = _kept(parsing.slow_parse(fast.filter("slow")), kept)
         if found is not None:  # the keys of the lines Python decided, found as those of the others
             slow_keys = _find_keys(slow_rows, kept)
             found.add(slow_keys)
-            _, _, more, more_keyed = slow_keys.census
+            more = slow_keys.census
         else:
-            seen = parsing.census(slow_rows).first()
-            more, more_keyed = set(seen["addresses"]), set(map(tuple, seen["keyed"]))
-        addresses |= more
-        keyed |= more_keyed
+            more = _census(slow_rows)
+        addresses |= more[2]
+        keyed |= more[3]
     return parsing.parsed_lines(fast, slow_rows), input_lines, addresses, keyed, None, found
+
+
+def _census(parsed: DataFrame) -> tuple[int, int, set[str], set[tuple[str, bool]]]:
+    """parsing.census of ``parsed`` (a job): (lines, slow, addresses, keyed)."""
+    seen = parsing.census(parsed).first()
+    return seen["lines"], seen["slow"], set(seen["addresses"]), set(map(tuple, seen["keyed"]))
 
 
 @dataclass
