@@ -530,7 +530,9 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
     caches = _names_by_hash(spark, list(windows), unit_ranks.cache_hash(), "cache")
     ranked = ranks_on_driver(spark, input_lines, bool(apama)) and caches is not None
     if ranked:
-        rows = keys.select(*unit_ranks.columns(apama)).toArrow() if collected is None else collected
+        # the census's rows have no sender column: a cache the parent carries can still be an
+        # Apama cache (windows.resolve), although no address of this batch's config has one
+        rows = collected if collected is not None and not apama else keys.select(*unit_ranks.columns(apama)).toArrow()
         collected = None
         repeated = repeated_values(rows["id_hash"])
         suspects, suspected = values_frame(spark, repeated, "id_hash"), len(repeated)
