@@ -299,10 +299,16 @@ class AddressSettings:
 
     @property
     def own_caches(self) -> bool:
-        """Whether every address checks its keys in a cache of its own (no ``domain``, no size 0,
-        no Apama queue): then an address's cache is known without matching it to an entry, so
-        the engine can compute the keys before it knows the batch's addresses."""
-        return all(s.domain is None and s.checks and s.policy != APAMA for s in self.entries.values())
+        """Whether every address checks its keys in a cache of its own (no ``domain``, no size 0):
+        then an address's cache is known without matching it to an entry, so the engine can
+        compute the keys before it knows the batch's addresses."""
+        return all(s.domain is None and s.checks for s in self.entries.values())
+
+    @property
+    def has_apama(self) -> bool:
+        """Whether an entry keeps an Apama cache (§8.2), whose messages the engine also sorts by
+        their sender."""
+        return any(s.policy == APAMA for s in self.entries.values())
 
     def fingerprint(self) -> str:
         canonical = json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))

@@ -38,6 +38,11 @@ CONFIGS += [
                           "a": {"policy": "apama", "per_source_window": 3, "expiry_seconds": 0, "domain": "ab"},
                           "b": {"policy": "apama", "per_source_window": 3, "expiry_seconds": 0, "domain": "ab"}}},
     {"address_settings": {"#": {"id_cache_size": 2, "domain": "all"}}},
+    # Apama and count caches, every address its own: the parse's census finds the keys and the
+    # senders (batch._find_keys, unit_ranks.of_sequential)
+    {"address_settings": {"#": {"policy": "apama", "per_source_window": 2, "expiry_seconds": 3},
+                          "orders.#": {"id_cache_size": 2}},
+     "window_audit": {"horizon": 2}},
 ]
 POLICY_CONFIGS = range(len(COUNT_CONFIGS) - 1, len(CONFIGS))  # with one count config, to switch policies
 MALFORMED = [

@@ -1,8 +1,9 @@
 """The parse's first pass finds the keys with the census (batch._census_with_keys), where every
 address is its own cache and the driver ranks the units: its census and the rows it hands the
 ranks must be what the census pass and the key columns' pass give (parsing.census, then
-parsing.with_cache_keys), line for line, and where it may not run (a domain, detection off, an
-Apama cache, lines left to Python, a batch decided on the driver) the engine must not take it.
+parsing.with_cache_keys), line for line, with Apama caches' senders too, and where it may not run
+(a domain, detection off, a batch decided on the driver, ranks that do not fit it) the engine
+must not take it.
 
 The engine-vs-model property tests run it too (their "by line" plan, on their count configs
 without a domain or a size 0); these pin its inputs on lines the generated batches seldom hold.
@@ -12,9 +13,10 @@ from __future__ import annotations
 
 import pytest
 
-from msgdedup.config import AddressSettings, parse_settings
+from msgdedup.config import APAMA, AddressSettings, parse_settings
 from msgdedup.engine import parsing, transforms, unit_ranks
-from msgdedup.engine.batch import _census_with_keys, _domain_frame, _domains, _parse
+from msgdedup.engine import windows as cache_windows
+from msgdedup.engine.batch import _census_with_keys, _domain_frame, _domains, _names_by_hash, _parse
 from msgdedup.engine.filesystem import HadoopFS
 from msgdedup.engine.planning import DRIVER_DECIDE_LINES_CONF, DRIVER_READ_BYTES_CONF, RANKS_HEAP_SHARE_CONF
 from msgdedup.engine.reading import list_input_files
@@ -96,10 +98,39 @@ def test_lines_left_to_python_are_counted_and_keyed_as_the_others(in_spark, tmp_
     assert found.rows.num_rows == 6 + 2
 
 
+APAMA_ENTRY = {"policy": "apama", "per_source_window": 2, "expiry_seconds": 3}
+
+
+@pytest.mark.parametrize("config, sequential", [
+    ({"#": APAMA_ENTRY}, {"orders", "billing", "slow"}),  # "plain" has no key: no cache
+    ({"#": {"id_cache_size": 3}, "orders": APAMA_ENTRY}, {"orders"}),
+    ({"#": {"id_cache_size": 3}, "elsewhere": APAMA_ENTRY}, set()),  # an Apama entry, no Apama cache
+])
+def test_with_an_apama_entry_the_first_pass_finds_the_senders_too(in_spark, tmp_path, config, sequential):
+    """The census collects every keyed message's sender hash before the caches' policies are
+    known; ``of_sequential`` keeps those of the Apama caches' messages, as the key columns' pass
+    collects them once the caches are known (``unit_ranks.columns``)."""
+    settings = parse_settings({"address_settings": config})
+    assert settings.own_caches and settings.has_apama
+    parsed, lines, addresses, keyed, found = _run(in_spark, _batch(tmp_path / "raw", LINES, [SLOW]), settings)
+    assert found is not None and unit_ranks.SENDER in found.rows.column_names
+    apama = cache_windows.of_policy(cache_windows.resolve(settings, {}, keyed), APAMA)
+    assert {cache.removeprefix(parsing.BRIDGE_CACHE_PREFIX) for cache in apama} == sequential
+    by_hash = _names_by_hash(in_spark, sorted(apama), unit_ranks.cache_hash(), "cache") or {}
+    got = unit_ranks.of_sequential(found.rows, [h for h, name in by_hash.items() if name in apama])
+    seen = parsing.census(parsed).first()
+    valid = transforms.split_valid(parsed)[0]
+    keys = parsing.with_cache_keys(valid, _domain_frame(in_spark, _domains(set(seen["addresses"]), settings)))
+    expected = keys.select(*unit_ranks.columns(apama)).toArrow()
+    assert got.column_names == expected.column_names
+    assert got.sort_by("row_id").to_pylist() == expected.sort_by("row_id").to_pylist()
+    if sequential:
+        assert 0 < got[unit_ranks.SENDER].null_count < got.num_rows  # keyless messages have no sender
+
+
 @pytest.mark.parametrize("config", [
     {"orders": {"domain": "shop", "id_cache_size": 5}},
     {"plain": {"id_cache_size": 0}},
-    {"#": {"policy": "apama", "per_source_window": 2, "expiry_seconds": 3}},
 ])
 def test_no_first_pass_finds_keys_where_an_address_is_not_its_own_cache(in_spark, tmp_path, config):
     settings = parse_settings({"address_settings": config})

@@ -261,11 +261,28 @@ _CARRIED_APAMA = ([{"part-0.jsonl": [message("b0-m1", key="k0", at=1, source_id=
                   [(0, APAMA_3_NO_EXPIRY), (1, len(COUNT_CONFIGS) - 1)])
 
 
+# Apama caches and a count cache, every address its own (the last config): the census finds the
+# keys and every sender, and only the Apama caches' messages keep theirs. p1 resends its own key
+# (its queue drops it), p2 sends p1's key (another queue: delivered), orders.eu repeats a key of
+# a count cache, and the child batch meets the parent's queues.
+_OWN_APAMA = ([{"part-0.jsonl": [message("b0-m1", key="k0", at=1, source_id="p1"),
+                                 message("b0-m2", key="k0", at=2, source_id="p1"),
+                                 message("b0-m3", key="k0", at=3, source_id="p2"),
+                                 message("b0-m4", address="orders.eu", key="k0", at=3, source_id="p1"),
+                                 message("b0-m5", address="orders.eu", key="k0", at=4, source_id="p2")]},
+               {"part-0.jsonl": [message("b1-m1", key="k0", at=5, source_id="p2"),
+                                 message("b1-m2", address="b", key="k1", at=5, source_id="p3"),
+                                 message("b1-m3", address="orders.eu", key="k0", at=6, txn="T1"),
+                                 message("b1-m4", address="orders.eu", key="k2", at=6, txn="T1")]}],
+              [(0, len(CONFIGS) - 1), (1, len(CONFIGS) - 1)])
+
+
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(scenario=operations(max_batches=3, max_runs=4, configs=POLICY_CONFIGS))
 @example(scenario=_QUIET)
 @example(scenario=_CARRIED_APAMA)
+@example(scenario=_OWN_APAMA)
 def test_engine_matches_the_model_under_every_policy(planned, tmp_path_factory, scenario):
     """§8: time windows, Apama queues and domains, mixed, switched between batches and re-run."""
     _compare_with_the_model(planned, tmp_path_factory, scenario)

@@ -376,13 +376,14 @@ def _parse(spark: SparkSession, fs: HadoopFS, files: list, settings: AddressSett
     if lines is None:
         return local_frame(spark, [], parsing.PARSED_SPARK_SCHEMA), 0, set(), set(), None, None
     fast = _kept(parsing.fast_parse(lines), kept)
-    found = _find_keys(fast, kept) if counted is not None and _census_with_keys(spark, counted, settings) else None
+    found = (_find_keys(fast, kept, settings.has_apama)
+             if counted is not None and _census_with_keys(spark, counted, settings) else None)
     input_lines, slow, addresses, keyed = found.census if found is not None else _census(fast)
     slow_rows = None
     if slow:
         slow_rows = _kept(parsing.slow_parse(fast.filter("slow")), kept)
         if found is not None:  # the keys of the lines Python decided, found as those of the others
-            slow_keys = _find_keys(slow_rows, kept)
+            slow_keys = _find_keys(slow_rows, kept, settings.has_apama)
             found.add(slow_keys)
             more = slow_keys.census
         else:
@@ -414,13 +415,14 @@ class _KeysFound:
         self.rows = pa.concat_tables([self.rows, other.rows])
 
 
-def _find_keys(parsed: DataFrame, kept: list[DataFrame]) -> _KeysFound:
+def _find_keys(parsed: DataFrame, kept: list[DataFrame], senders: bool) -> _KeysFound:
     """The keys of ``parsed`` (fast_parse's or slow_parse's rows; every address its own cache:
     ``_census_with_keys``), kept, and the census and the ranks' rows collected by the one pass
-    that computes and keeps them."""
+    that computes and keeps them (with their senders' hashes where ``senders``: an Apama entry)."""
     keys = _kept(parsing.with_own_cache_keys(parsed).select(*parsing.census_columns(parsed), *transforms.KEY_COLUMNS),
                  kept)
-    *census, rows = parsing.census_of_keys(keys.select(*parsing.CENSUS_COLUMNS, *unit_ranks.columns([])).toArrow())
+    *census, rows = parsing.census_of_keys(
+        keys.select(*parsing.CENSUS_COLUMNS, *unit_ranks.census_columns(senders)).toArrow())
     return _KeysFound(keys.filter("valid").select(*transforms.KEY_COLUMNS), rows, tuple(census))
 
 
@@ -433,7 +435,7 @@ def _census_with_keys(spark: SparkSession, lines: int, settings: AddressSettings
     instead of two (a census, then the key columns read back from the kept wide rows: about 2 s
     more of a 1M batch, docs/benchmarks.md)."""
     return (settings.own_caches and not decides_on_driver(spark, lines)
-            and ranks_on_driver(spark, lines, senders=False))
+            and ranks_on_driver(spark, lines, senders=settings.has_apama))
 
 
 @dataclass(frozen=True)
@@ -530,9 +532,13 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
     caches = _names_by_hash(spark, list(windows), unit_ranks.cache_hash(), "cache")
     ranked = ranks_on_driver(spark, input_lines, bool(apama)) and caches is not None
     if ranked:
-        # the census's rows have no sender column: a cache the parent carries can still be an
-        # Apama cache (windows.resolve), although no address of this batch's config has one
-        rows = collected if collected is not None and not apama else keys.select(*unit_ranks.columns(apama)).toArrow()
+        # the census's rows have a sender column where the config has an Apama entry; a cache the
+        # parent carries can still be an Apama cache (windows.resolve) where it has none
+        if collected is not None and (unit_ranks.SENDER in collected.column_names or not apama):
+            rows = collected if unit_ranks.SENDER not in collected.column_names else unit_ranks.of_sequential(
+                collected, [h for h, name in caches.items() if name in apama])
+        else:
+            rows = keys.select(*unit_ranks.columns(apama)).toArrow()
         collected = None
         repeated = repeated_values(rows["id_hash"])
         suspects, suspected = values_frame(spark, repeated, "id_hash"), len(repeated)

@@ -107,6 +107,24 @@ def columns(sequential: list[str]) -> list[Column]:
     return collected
 
 
+def census_columns(senders: bool) -> list[Column]:
+    """``columns`` as the parse's census collects them (batch._find_keys), before the batch's
+    caches and their policies are known: with every keyed message's ``SENDER`` where ``senders``
+    (the config has an Apama entry), which ``of_sequential`` then keeps for the Apama caches'."""
+    return columns([]) + ([F.when(F.col("cache").isNotNull(), sender_hash()).alias(SENDER)] if senders else [])
+
+
+def of_sequential(rows: pa.Table, sequential: list[int]) -> pa.Table:
+    """``census_columns(True)``'s ``rows`` as ``columns`` collects them for the ``sequential``
+    (Apama) caches, given by their cache_hash: ``SENDER`` of their messages only, and no
+    ``SENDER`` column where there are none."""
+    if not sequential:
+        return rows.drop_columns([SENDER])
+    mine = pc.is_in(rows["cache_hash"], value_set=pa.array(sequential, pa.int32()))
+    return rows.set_column(rows.schema.get_field_index(SENDER), SENDER,
+                           pc.if_else(mine, rows[SENDER], pa.scalar(None, pa.int64())))
+
+
 def held(parent_apama: DataFrame) -> DataFrame:
     """HELD_SCHEMA's rows of the parent's Apama entries (``quiet_senders``' ``held``): few, one per
     sender queue."""
