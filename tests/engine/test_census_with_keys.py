@@ -5,8 +5,9 @@ parsing.with_cache_keys), line for line, with Apama caches' senders too, and whe
 (a domain, detection off, a batch decided on the driver, ranks that do not fit it) the engine
 must not take it.
 
-The engine-vs-model property tests run it too (their "by line" plan, on their count configs
-without a domain or a size 0); these pin its inputs on lines the generated batches seldom hold.
+The engine-vs-model property tests run it too (the plans decided in Spark, on their configs
+without a domain or a size 0, own Apama caches among them); these pin its inputs on lines the
+generated batches seldom hold.
 """
 
 from __future__ import annotations
