@@ -385,11 +385,11 @@ def _parse(spark: SparkSession, fs: HadoopFS, files: list, settings: AddressSett
         if found is not None:  # the keys of the lines Python decided, found as those of the others
             slow_keys = _find_keys(slow_rows, kept, settings.has_apama)
             found.add(slow_keys)
-            more = slow_keys.census
+            _, _, more_addresses, more_keyed = slow_keys.census
         else:
-            more = _census(slow_rows)
-        addresses |= more[2]
-        keyed |= more[3]
+            _, _, more_addresses, more_keyed = _census(slow_rows)
+        addresses |= more_addresses
+        keyed |= more_keyed
     return parsing.parsed_lines(fast, slow_rows), input_lines, addresses, keyed, None, found
 
 
@@ -534,9 +534,10 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
     if ranked:
         # the census's rows have a sender column where the config has an Apama entry; a cache the
         # parent carries can still be an Apama cache (windows.resolve) where it has none
-        if collected is not None and (unit_ranks.SENDER in collected.column_names or not apama):
-            rows = collected if unit_ranks.SENDER not in collected.column_names else unit_ranks.of_sequential(
-                collected, [h for h, name in caches.items() if name in apama])
+        if collected is not None and unit_ranks.SENDER in collected.column_names:
+            rows = unit_ranks.of_sequential(collected, [h for h, name in caches.items() if name in apama])
+        elif collected is not None and not apama:
+            rows = collected
         else:
             rows = keys.select(*unit_ranks.columns(apama)).toArrow()
         collected = None
