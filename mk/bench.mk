@@ -1,4 +1,4 @@
-# Benchmarks (docs/benchmarks.md): `make bench` (small, about an hour on a 2-core machine),
+# Benchmarks (docs/benchmarks.md): `make bench` (small, about 45 min on a 2-core machine),
 # `make bench SCALE=large` (adds 10M messages; hours), `make bench SCALE=tiny` (smoke run).
 # BENCH_ARGS passes more options to the harness, e.g. BENCH_ARGS="--no-airflow --history-batches 6".
 SCALE ?= small

@@ -83,7 +83,7 @@ class Scale:
 
 
 SCALES = {
-    # about an hour on a 2-core machine: the 1M scenarios (the judged runs three times), the 5M
+    # about 45 minutes on a 2-core machine: the 1M scenarios (the judged runs three times), the 5M
     # ones, a 20K batch, 24 history batches, a DAG run, a backfill and the demo.
     "small": Scale(sizes=(1_000_000, 5_000_000), history_batches=24, history_messages=20_000, rounds=3),
     # More heap for every contender at 10M (local mode: driver and executors share one JVM), so that
