@@ -117,6 +117,10 @@ COUNT_WINDOW = "count_window"  # ours with the count window, just before ours wi
 MEDIAN_BY = {"process_batch": "gate_over_dedup"}
 
 
+# What a row keeps of each of its rounds.
+ROUND_FIGURES = ("wall_s", "peak_rss_bytes", "engine_s", "gate_s", "gate_over_dedup", "returncode")
+
+
 def _median_run(made: list[dict[str, Any]], by: str = "wall_s") -> dict[str, Any]:
     """The run of ``made`` (one contender's, a run per round) with the median ``by`` among those
     that succeeded (the lower one of an even count), with every round's figures where there were
@@ -126,9 +130,6 @@ def _median_run(made: list[dict[str, Any]], by: str = "wall_s") -> dict[str, Any
     if len(made) > 1:
         run["rounds"] = [{k: r.get(k) for k in ROUND_FIGURES if r.get(k) is not None} for r in made]
     return run
-
-
-ROUND_FIGURES = ("wall_s", "peak_rss_bytes", "engine_s", "gate_s", "gate_over_dedup", "returncode")
 
 
 def _paired(made: list[dict[str, dict[str, Any]]], mine: str, other: str, figure: str = "wall_s") -> float | None:
