@@ -146,13 +146,13 @@ def _fake_results() -> dict:
 
     base = {"id": "a", "name": "2K, 200 addresses, cache 20K", "messages": N, "hot_share": 0.0,
             "id_cache_size": 20000, "input": "/x", "cache_size_axis": False, "runs": {
-                "copy": run(10.0, x_copy=1.0), "ours": run(14.0, x_copy=1.4),
+                "copy": run(10.0, x_copy=1.0), "ours": run(14.0, x_copy=1.4, x_naive=1.167, peak_x_copy=1.0),
                 "naive": run(12.0, x_copy=1.2), "streaming": run(20.0, x_copy=2.0),
                 "gx_gate": run(6.0, x_copy=0.6, x_ours=0.43, note="gate passed"),
                 "process_batch": run(18.0, x_copy=1.8, engine_s=10.0, gate_s=3.1, gate_over_dedup=0.31,
                                      note="gate passed")}}
     hot = {**base, "id": "b", "name": "2K, hot address 50%, cache 20K", "hot_share": 0.5,
-           "runs": {**base["runs"], "ours": run(25.0, x_copy=2.5)}}
+           "runs": {**base["runs"], "ours": run(25.0, x_copy=2.5, x_naive=2.083)}}
     big_cache = {**base, "id": "c", "name": "2K, 200 addresses, cache 1M", "cache_size_axis": True,
                  "runs": {"ours": run(15.0, x_copy=1.5)}}
     per = [{"index": k, "wall_s": 10.0 + k * 0.1, "engine_s": 2.0, "peak_rss_bytes": 1} for k in range(24)]

@@ -211,8 +211,12 @@ class Bench:
                         + (f"window_audit:\n  horizon: {AUDIT_HORIZON_MULTIPLE}\n" if audit else ""))
         return path
 
+    def out(self, *parts: str) -> Path:
+        """Where the contenders' outputs go (``fresh`` empties it before each run)."""
+        return self.work.joinpath("out", *parts)
+
     def fresh(self, *parts: str) -> Path:
-        d = self.work.joinpath("out", *parts)
+        d = self.out(*parts)
         if d.exists():
             shutil.rmtree(d)
         d.parent.mkdir(parents=True, exist_ok=True)
@@ -299,7 +303,7 @@ class Bench:
             runs["ours"]["note"] = f"× copy of the same input ({copy_from.get('scenario')})"
             if count_window.get("wall_s"):
                 runs["ours"]["note"] += f"; the count window just before it: {count_window['wall_s']:.1f} s"
-        s["warehouse"] = str(self.work / "out" / sid / "warehouse")
+        s["warehouse"] = str(self.out(sid, "warehouse"))
         return s
 
     def _round(self, prefix: str, sid: str, inp: Path, cfg: Path, cache_size: int, messages: int,
