@@ -368,3 +368,36 @@ def test_a_missing_output_or_parent_snapshot_is_a_user_error_naming_it(spark, wa
     shutil.rmtree(warehouse / "dropped" / "batch_id=B2")
     with pytest.raises(GateInputError, match=r"^dropped output missing: "):
         run_gate(spark, str(warehouse), "B2")
+
+
+def _validation_jobs(spark, table: str) -> set[int]:
+    return set(spark.sparkContext.statusTracker().getJobIdsForGroup(f"gx-gate-{table}"))
+
+
+def test_a_table_is_asked_for_samples_only_where_it_fails(spark, warehouse, pristine, tmp_path, monkeypatch):
+    """GX asks each expectation's sample values and rows by queries of their own, even where no row
+    is unexpected; the gate validates a table with its counts alone first (checks.counted_format)
+    and as its checkpoint says (SUMMARY, with samples) only where that fails. So key_window costs
+    more queries when it fails than when it passes, and its failure still names the rows."""
+    monkeypatch.setattr(gate, "_PROJECTS", {})  # GX's Spark engine of an earlier test's context
+    spark.conf.set(DRIVER_DECIDE_LINES_CONF, "-1")  # the tables validated in Spark
+    spark.conf.set(HASHES_HEAP_SHARE_CONF, "0")
+    try:
+        before = _validation_jobs(spark, "key_window")
+        assert run_gate(spark, str(warehouse), "B2").success
+        passed = _validation_jobs(spark, "key_window") - before
+
+        broken = tmp_path / "broken"
+        shutil.copytree(pristine, broken)
+        write_rows(spark, str(broken / "delivered" / "batch_id=B2"), [delivered("m9-dup", 9, "k6", 7, txn=None)],
+                   DELIVERED_DDL, mode="append")
+        before = _validation_jobs(spark, "key_window")
+        result = run_gate(spark, str(broken), "B2")
+        failing = _validation_jobs(spark, "key_window") - before
+    finally:
+        spark.conf.unset(DRIVER_DECIDE_LINES_CONF)
+        spark.conf.unset(HASHES_HEAP_SHARE_CONF)
+    assert WINDOW in failed(result)
+    (sample,) = outcome(result, "key_window", "duplicate_within_window").sample_rows
+    assert {sample["message_id"], sample["prev_message_id"]} == {"m9", "m9-dup"}
+    assert 0 < len(passed) < len(failing)

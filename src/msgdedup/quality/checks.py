@@ -12,7 +12,9 @@ checkpoints have no Data Docs action: the gate builds the Data Docs once for all
 
 The result format is SUMMARY with a bounded sample: the driver receives at most
 ``SAMPLE_ROWS`` offending rows per expectation, identified by the table's index columns,
-whatever the batch size.
+whatever the batch size. The gate validates each table with the same counts and no samples
+first (``counted_format``), and as its checkpoint says only where an expectation fails: a
+sample is a query per expectation, asked even where no row is unexpected.
 
 Every expectation is a per-row condition (not null, null, a pair of columns), never a window
 such as uniqueness: GX evaluates an expectation's condition again for each metric it needs
@@ -87,6 +89,14 @@ class CheckedTable:
             "partial_unexpected_count": SAMPLE_ROWS,
             "unexpected_index_column_names": list(self.index_columns),
         }
+
+
+def counted_format(result_format: Any) -> dict:
+    """``result_format`` (a checkpoint's) with every count it reports but no sample rows: a table
+    with no unexpected row gets the same result from it, but for GX's empty lists of samples."""
+    as_dict = (dict(result_format) if isinstance(result_format, dict)
+               else {"result_format": getattr(result_format, "value", result_format)})
+    return {**as_dict, "partial_unexpected_count": 0}
 
 
 def _required(column: str) -> _Expect:
