@@ -106,10 +106,14 @@ def test_data_docs_list_every_gated_batch(spark, warehouse):
             assert relative in index, f"{relative} missing from the Data Docs index"
 
 
+def _deliver_m9_again(spark, warehouse: Path) -> None:
+    """B2 delivers m9's key k6 a second time (as m9-dup, with m9's cache_seq)."""
+    write_rows(spark, str(warehouse / "delivered" / "batch_id=B2"), [delivered("m9-dup", 9, "k6", 7, txn=None)],
+               DELIVERED_DDL, mode="append")
+
+
 def test_injected_duplicate_delivery_fails_the_window_expectation(spark, engine, warehouse):
-    batch = warehouse / "delivered" / "batch_id=B2"
-    copy = delivered("m9-dup", 9, "k6", 7, txn=None)
-    write_rows(spark, str(batch), [copy], DELIVERED_DDL, mode="append")
+    _deliver_m9_again(spark, warehouse)
 
     result = run_gate(spark, str(warehouse), "B2")
 
@@ -374,29 +378,24 @@ def _validation_jobs(spark, table: str) -> set[int]:
     return set(spark.sparkContext.statusTracker().getJobIdsForGroup(f"gx-gate-{table}"))
 
 
-def test_a_table_is_asked_for_samples_only_where_it_fails(spark, warehouse, pristine, tmp_path, monkeypatch):
+@pytest.mark.parametrize("engine", ["spark"], indirect=True)
+def test_a_table_is_asked_for_samples_only_where_it_fails(spark, engine, warehouse, pristine, tmp_path):
     """GX asks each expectation's sample values and rows by queries of their own, even where no row
     is unexpected; the gate validates a table with its counts alone first (checks.counted_format)
-    and as its checkpoint says (SUMMARY, with samples) only where that fails. So key_window costs
-    more queries when it fails than when it passes, and its failure still names the rows."""
-    monkeypatch.setattr(gate, "_PROJECTS", {})  # GX's Spark engine of an earlier test's context
-    spark.conf.set(DRIVER_DECIDE_LINES_CONF, "-1")  # the tables validated in Spark
-    spark.conf.set(HASHES_HEAP_SHARE_CONF, "0")
-    try:
-        before = _validation_jobs(spark, "key_window")
-        assert run_gate(spark, str(warehouse), "B2").success
-        passed = _validation_jobs(spark, "key_window") - before
+    and as its checkpoint says (SUMMARY, with samples) only where that fails. So key_window, checked
+    in Spark, costs more queries when it fails than when it passes, and its failure still names the
+    rows."""
+    before = _validation_jobs(spark, "key_window")
+    assert run_gate(spark, str(warehouse), "B2").success
+    passed = _validation_jobs(spark, "key_window") - before
 
-        broken = tmp_path / "broken"
-        shutil.copytree(pristine, broken)
-        write_rows(spark, str(broken / "delivered" / "batch_id=B2"), [delivered("m9-dup", 9, "k6", 7, txn=None)],
-                   DELIVERED_DDL, mode="append")
-        before = _validation_jobs(spark, "key_window")
-        result = run_gate(spark, str(broken), "B2")
-        failing = _validation_jobs(spark, "key_window") - before
-    finally:
-        spark.conf.unset(DRIVER_DECIDE_LINES_CONF)
-        spark.conf.unset(HASHES_HEAP_SHARE_CONF)
+    broken = tmp_path / "broken"
+    shutil.copytree(pristine, broken)
+    _deliver_m9_again(spark, broken)
+    before = _validation_jobs(spark, "key_window")
+    result = run_gate(spark, str(broken), "B2")
+    failing = _validation_jobs(spark, "key_window") - before
+
     assert WINDOW in failed(result)
     (sample,) = outcome(result, "key_window", "duplicate_within_window").sample_rows
     assert {sample["message_id"], sample["prev_message_id"]} == {"m9", "m9-dup"}

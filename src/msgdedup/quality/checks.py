@@ -91,12 +91,11 @@ class CheckedTable:
         }
 
 
-def counted_format(result_format: Any) -> dict:
-    """``result_format`` (a checkpoint's) with every count it reports but no sample rows: a table
-    with no unexpected row gets the same result from it, but for GX's empty lists of samples."""
-    as_dict = (dict(result_format) if isinstance(result_format, dict)
-               else {"result_format": getattr(result_format, "value", result_format)})
-    return {**as_dict, "partial_unexpected_count": 0}
+def counted_format(result_format: dict) -> dict:
+    """``result_format`` (a checkpoint's, as ``CheckedTable.result_format`` made it) with every count
+    it reports but no sample rows: a table with no unexpected row gets the same result from it, but
+    for GX's empty lists of samples."""
+    return {**result_format, "partial_unexpected_count": 0}
 
 
 def _required(column: str) -> _Expect:

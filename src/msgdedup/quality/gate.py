@@ -545,10 +545,11 @@ def _counted(checkpoint: Any, frame: Any, run_id: Any) -> list[tuple[Any, Any]]:
         ExpectationSuiteIdentifier, ValidationResultIdentifier,
     )
 
+    result_format = counted_format(checkpoint.result_format)
     results = []
     for definition in checkpoint.validation_definitions:
         validation = definition.run(checkpoint_id=checkpoint.id, batch_parameters={"dataframe": frame},
-                                    result_format=counted_format(checkpoint.result_format), run_id=run_id)
+                                    result_format=result_format, run_id=run_id)
         suite = ExpectationSuiteIdentifier(name=definition.suite.name)
         key = ValidationResultIdentifier(expectation_suite_identifier=suite, run_id=run_id,
                                          batch_identifier=validation.batch_id)
