@@ -222,10 +222,14 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     else:
         with_keys = parsing.with_cache_keys(valid, _domain_frame(spark, domains))
         keys = with_keys.select(*transforms.KEY_COLUMNS) if keys_found is None else keys_found.keys
-    snapshot = _parent_snapshot(spark, warehouse, txn.parent, windows)
+    # The parent's snapshot as a Spark frame is made when a step first reads it: a small batch whose
+    # driver read the snapshot never does, and Spark's Parquet source cost it 0.5-0.6 s in a fresh
+    # application (docs/benchmarks.md)
+    snapshot = functools.cache(functools.partial(_parent_snapshot, spark, warehouse, txn.parent, windows))
     parent = _Parent(
-        counted=None if snapshot is None else snapshot.filter(~F.col("cache").isin(apama or [""])),
-        apama=snapshot.filter(F.col("cache").isin(apama)) if apama and snapshot is not None else None,
+        found=txn.parent is not None,
+        counted=lambda: None if snapshot() is None else snapshot().filter(~F.col("cache").isin(apama or [""])),
+        apama=lambda: snapshot().filter(F.col("cache").isin(apama)) if apama and snapshot() is not None else None,
         left=_parent_left_keys(spark, warehouse, txn.parent, windows) if settings.audit_horizon else None,
         on_driver=_parent_snapshot_on_driver(spark, warehouse, txn.parent, parent_manifest, windows)
         if on_driver else None)
@@ -321,7 +325,7 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
             "dropped": transforms.dropped(messages, verdicts_of(kernel.DROPPED)),
             "quarantine": transforms.quarantine(
                 invalid, valid, decided.copies if tally.of(transforms.QUARANTINED) else None)}
-    remembers = bool(settings.audit_horizon) and (leaving or parent.counted is not None or parent.left is not None)
+    remembers = bool(settings.audit_horizon) and (leaving or parent.found or parent.left is not None)
     # in the order they are written: the snapshot and the record of keys that left are made when
     # written, as they may read the delivered output (``_acceptances``)
     staged: dict[str, DataFrame | pa.Table | Callable[[], DataFrame | pa.Table]] = {
@@ -438,27 +442,13 @@ def _census_with_keys(spark: SparkSession, lines: int, settings: AddressSettings
             and ranks_on_driver(spark, lines, senders=settings.has_apama))
 
 
-@dataclass(frozen=True)
-class _Parent:
-    """The parent batch's state this batch reads (None: no parent, or none of that kind)."""
-
-    counted: DataFrame | None
-    """The snapshot's entries of count and time caches (SNAPSHOT_COLUMNS)."""
-    apama: DataFrame | None
-    """The snapshot's entries of Apama caches: all of them go to the kernel."""
-    left: DataFrame | None
-    """Its record of keys that left their window (the audit, §9)."""
-    on_driver: pa.Table | None = None
-    """The snapshot's entries of every carried cache (transforms.SNAPSHOT_ARROW_SCHEMA) read by the
-    driver, for a batch decided there when they are few (planning.snapshot_on_driver)."""
-
-
 class _MadeWhenRead:
-    """A frame field of _Decided given as a frame, None, or a function that makes it the first time
-    it is read. The driver's plan gives functions: a Spark frame of one of its tables is a transfer
-    to the JVM, and the first one an application makes starts the JVM's Arrow reader (with the
-    rest, 2.5 s of a cold 20K batch on a quiet machine: docs/benchmarks.md), which a batch whose
-    outputs the driver makes too never needs unless the audit or a snapshot in Spark reads them.
+    """A frame field of _Decided or _Parent given as a frame, None, or a function that makes it the
+    first time it is read. The driver's plan gives functions: a Spark frame of one of its tables is
+    a transfer to the JVM, and the first one an application makes starts the JVM's Arrow reader
+    (with the rest, 2.5 s of a cold 20K batch on a quiet machine: docs/benchmarks.md), which a
+    batch whose outputs the driver makes too never needs unless the audit or a snapshot in Spark
+    reads them.
     A data descriptor, so that the frozen dataclass's ``__init__`` sets it; read from the class it
     has no value, so the dataclass sees no default."""
 
@@ -475,6 +465,24 @@ class _MadeWhenRead:
 
     def __set__(self, instance, value) -> None:
         instance.__dict__[self.slot] = value
+
+
+@dataclass(frozen=True)
+class _Parent:
+    """The parent batch's state this batch reads (None: no parent, or none of that kind)."""
+
+    found: bool
+    """Whether there is a parent snapshot: ``counted`` is None exactly when there is not, and
+    asking it makes the frame."""
+    counted: DataFrame | None = _MadeWhenRead()
+    """The snapshot's entries of count and time caches (SNAPSHOT_COLUMNS)."""
+    apama: DataFrame | None = _MadeWhenRead()
+    """The snapshot's entries of Apama caches: all of them go to the kernel."""
+    left: DataFrame | None
+    """Its record of keys that left their window (the audit, §9)."""
+    on_driver: pa.Table | None = None
+    """The snapshot's entries of every carried cache (transforms.SNAPSHOT_ARROW_SCHEMA) read by the
+    driver, for a batch decided there when they are few (planning.snapshot_on_driver)."""
 
 
 @dataclass(frozen=True)
@@ -816,7 +824,7 @@ def _decide_on_driver(spark: SparkSession, key_rows: pa.Table, parent: _Parent, 
     def batch_keys() -> DataFrame:
         return F.broadcast(made(key_table))
 
-    if parent.counted is None:
+    if not parent.found:
         kernel_entries = None
     elif parent.on_driver is not None:
         kernel_entries = driver_decide.entries_met(parent.on_driver, key_table, apama)
@@ -906,7 +914,7 @@ def _new_snapshot(spark: SparkSession, decided: _Decided, parent: _Parent, entri
     are most of a small batch's rows, and filtering and writing the history bench's 200,000 took
     a job of 1.3-1.5 s, which made the batches after the cache filled 1.15x the first
     (docs/benchmarks.md)."""
-    if decided.on_driver is not None and (parent.counted is None or parent.on_driver is not None):
+    if decided.on_driver is not None and (not parent.found or parent.on_driver is not None):
         return driver_decide.snapshot(decided.on_driver.verdicts, parent.on_driver, apama, snapshot_limits(caches),
                                       decided.on_driver.apama_entries, batch_id)
     return transforms.snapshot(entries(), _limits(spark, caches), decided.apama_entries, queued=bool(apama))
