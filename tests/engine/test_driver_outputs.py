@@ -104,8 +104,8 @@ def test_a_batch_made_on_the_driver_makes_no_spark_frame(spark, tmp_path, monkey
     """Read, decided and written by the driver, with no parent and the audit off, a batch needs no
     Spark frame of the driver's tables: each is a transfer to the JVM, and the first one of an
     application starts its Arrow reader (batch._MadeWhenRead). Its child, whose parent the driver
-    reads, needs none either, nor a Spark frame of that snapshot (Spark's Parquet source costs a
-    fresh application 0.6-0.8 s); with the audit on, the frames the audit reads are made."""
+    reads, needs none either, nor a Spark frame of that snapshot (in a fresh application, Spark's
+    Parquet source took 0.5-0.6 s to make it); with the audit on, the frames the audit reads are made."""
     write_batch(tmp_path / "raw1", {"a.jsonl": [message(f"m{i}", key=f"k{i % 4}", at=i) for i in range(8)]})
     write_batch(tmp_path / "raw2", {"a.jsonl": [message(f"n{i}", key=f"k{i % 6}", at=20 + i) for i in range(8)]})
     made = []
