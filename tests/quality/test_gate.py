@@ -400,3 +400,28 @@ def test_a_table_is_asked_for_samples_only_where_it_fails(spark, engine, warehou
     (sample,) = outcome(result, "key_window", "duplicate_within_window").sample_rows
     assert {sample["message_id"], sample["prev_message_id"]} == {"m9", "m9-dup"}
     assert 0 < len(passed) < len(failing)
+
+
+@pytest.mark.parametrize("engine", ["spark"], indirect=True)
+def test_a_table_that_is_a_plain_scan_is_validated_without_being_cached_first(spark, engine, warehouse, pristine,
+                                                                             tmp_path):
+    """A passing batch's messages and key_window join only empty exceptions: each is a plain scan of
+    the outputs, which GX's queries read as it is (materialise.Scanned), so no job computes either
+    table before GX's own. Where a key is accepted again, key_window puts that key's acceptances in
+    order by a window, and is computed and cached first, as before; a failing plain scan is cached
+    before GX asks it for samples, and its samples still name the rows."""
+    def derive_jobs(table: str) -> set[int]:
+        return set(spark.sparkContext.statusTracker().getJobIdsForGroup(f"gx-gate-derive-{table}"))
+
+    before = {table: derive_jobs(table) for table in ("messages", "key_window")}
+    assert run_gate(spark, str(warehouse), "B2").success
+    assert {table: derive_jobs(table) - jobs for table, jobs in before.items()} == {"messages": set(),
+                                                                                    "key_window": set()}
+
+    broken = tmp_path / "broken"
+    shutil.copytree(pristine, broken)
+    _deliver_m9_again(spark, broken)
+    before = derive_jobs("key_window")
+    result = run_gate(spark, str(broken), "B2")
+    assert WINDOW in failed(result)
+    assert derive_jobs("key_window") - before

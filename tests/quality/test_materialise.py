@@ -7,8 +7,8 @@ import pytest
 
 from msgdedup.quality.materialise import (
     CACHE_COMPRESSED, LIMIT_INITIAL_PARTITIONS, SHUFFLE_PARTITIONS, UNCOMPRESSED_HEAP_SHARE_CONF,
-    HASHES_HEAP_SHARE_CONF, UNCOMPRESSED_LINE_BYTES, MaterialisedTables, SmallFrames, cache_settings, gate_session,
-    hashes_on_driver,
+    HASHES_HEAP_SHARE_CONF, UNCOMPRESSED_LINE_BYTES, MaterialisedTables, Scanned, SmallFrames, cache_settings,
+    gate_session, hashes_on_driver,
 )
 
 
@@ -117,6 +117,22 @@ def test_tables_are_cached_until_closed_and_a_failing_table_fails_the_gate(spark
     assert set(seen) <= {"numbers", "letters"}
     assert all(not frame.is_cached for frame in seen.values())
     assert tables.seconds() >= 0
+
+
+def test_a_scanned_table_comes_back_as_it_is_and_is_cached_only_when_kept(spark):
+    tables = MaterialisedTables(spark, {
+        "scanned": lambda: Scanned(spark.range(10).toDF("n")),
+        "cached": lambda: spark.range(5).toDF("n"),
+    }, driver_rows=-1)
+    try:
+        frames = dict(tables.as_cached())
+        assert tables.scanned == {"scanned"}
+        assert not frames["scanned"].is_cached and frames["cached"].is_cached
+        kept = tables.keep(frames["scanned"])
+        assert kept.is_cached and kept.count() == 10
+    finally:
+        tables.close()
+    assert not kept.is_cached and not frames["cached"].is_cached
 
 
 def test_a_table_with_few_rows_comes_back_as_a_pandas_frame_and_a_larger_one_stays_cached(spark):

@@ -55,7 +55,7 @@ from msgdedup.engine.planning import application_settings, decides_on_driver, dr
 from msgdedup.quality import tables
 from msgdedup.quality.checks import CHECKED_TABLES, DATA_DOCS_SITE, checkpoint_name, counted_format
 from msgdedup.quality.materialise import (
-    MaterialisedTables, SmallFrames, cache_settings, gate_session, hashes_on_driver,
+    MaterialisedTables, Scanned, SmallFrames, cache_settings, gate_session, hashes_on_driver,
 )
 from msgdedup.quality.project import default_project_dir, open_context
 
@@ -303,15 +303,17 @@ def exception_hashes(spark: SparkSession, warehouse: str, batch: BatchOutputs) -
 
 
 def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str,
-                   small: SmallFrames | None = None) -> dict[str, Callable[[], DataFrame]]:
+                   small: SmallFrames | None = None) -> dict[str, Callable[[], DataFrame | Scanned]]:
     """How to build each checked table of ``checks.CHECKED_TABLES``, by name (lazy DataFrames).
 
     With ``small`` (the exceptions of ``small_frames``, computed first), messages and key_window
     take them from there instead of computing them inside their own plans, and id_cache its keys
-    held twice. The accounting table counts the outputs when it is built: the delivered and
-    dropped rows as ``small``'s pass over them counted them, where it ran (``SmallFrames.tally``:
-    a pass less over a million rows), and the quarantined ones by a query; else all three by one
-    query (three numbers reach the driver).
+    held twice; where those they join are all empty (the normal case), each of the two is a plain
+    scan of the outputs, and is validated as such (``materialise.Scanned``). The accounting
+    table counts the outputs when it is built: the delivered and dropped rows as ``small``'s pass
+    over them counted them, where it ran (``SmallFrames.tally``: a pass less over a million rows),
+    and the quarantined ones by a query; else all three by one query (three numbers reach the
+    driver).
     """
     sizes = tables.cache_sizes(spark, batch.manifest)
 
@@ -345,14 +347,27 @@ def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str,
                                                        apama=tables.has_apama_caches(batch.manifest),
                                                        excess=get(tables.REPEATED_HELD_KEYS)),
     }
+    # The exceptions whose absence leaves a table a plain scan of the outputs (their joins dropped).
+    joined = {"messages": (tables.REPEATED_MESSAGE_IDS,),
+              "key_window": (tables.REPEATED_KEY_HASHES, tables.SHARED_CACHE_SEQ_COUNTS)}
+
+    def scanned(name: str) -> bool:
+        return small is not None and name in joined and all(small.rows.get(e) == 0 for e in joined[name])
+
     # Each with the columns GX reads of it only (CheckedTable.columns): the same rows, the same
     # checked values and the same row names in the results, and no intermediate column kept in
     # the cache or collected (key_window's gaps and limits: about half its columns)
-    return {table.name: functools.partial(_checked, builds[table.name], table.columns) for table in CHECKED_TABLES}
+    return {table.name: functools.partial(_checked, builds[table.name], table.columns,
+                                          functools.partial(scanned, table.name))
+            for table in CHECKED_TABLES}
 
 
-def _checked(build: Callable[[], DataFrame], columns: tuple[str, ...]) -> DataFrame:
-    return build().select(*columns)
+def _checked(build: Callable[[], DataFrame], columns: tuple[str, ...],
+             scanned: Callable[[], bool]) -> DataFrame | Scanned:
+    """The table's columns GX reads; ``Scanned`` when ``scanned()`` says, once it is built (the
+    build waits for the exceptions it joins)."""
+    frame = build().select(*columns)
+    return Scanned(frame) if scanned() else frame
 
 
 def _jsonable(value: Any) -> Any:
@@ -479,7 +494,8 @@ def _give_back(project: _OpenProject) -> None:
 
 
 # How many checked tables GX validates at once when it validates Spark tables, once every table is
-# cached: all of them. Each validation is a dozen queries of a cached table with a few milliseconds
+# cached: all of them (a table validated as it is, ``Scanned``, brings its own work: it gets a
+# context as soon as it is built). Each validation is a dozen queries of a cached table with a few milliseconds
 # of task time each, whose cost is the driver's planning and scheduling, one query after another:
 # validated one table at a time, the last tables' validations were about 4 s of a 1M batch's 15 s
 # gate with the cores nearly idle; three at a time, the table cached last (``key_window``) waited
@@ -505,6 +521,7 @@ def _validate(spark: SparkSession, projects: list[_OpenProject], checked: Materi
     (``MaterialisedTables``) is validated by GX's pandas engine, with the same suite."""
     free: queue.SimpleQueue = queue.SimpleQueue()
     free.put(projects[0])
+    spare = list(projects[1:])
     context = spark.sparkContext
 
     def validate(name: str, frame: Any) -> list[tuple[Any, Any]]:
@@ -519,7 +536,10 @@ def _validate(spark: SparkSession, projects: list[_OpenProject], checked: Materi
             if all(validation.success for _, validation in counted):
                 return counted
             # a failed table again, as its checkpoint asks: with the offending rows' samples,
-            # whose results replace the counted ones (the same keys in GX's store)
+            # whose results replace the counted ones (the same keys in GX's store); a query per
+            # expectation, so a table validated as it is is cached first
+            if name in checked.scanned:
+                frame = checked.keep(frame)
             return list(checkpoint.run(batch_parameters={"dataframe": frame}, run_id=run_id).run_results.items())
         finally:
             for key in ("spark.jobGroup.id", "spark.job.description", SCHEDULER_POOL):
@@ -527,8 +547,12 @@ def _validate(spark: SparkSession, projects: list[_OpenProject], checked: Materi
             free.put(project)
 
     with ThreadPoolExecutor(max_workers=len(projects), thread_name_prefix="gx-gate-validate") as pool:
-        futures = {name: pool.submit(validate, name, frame) for name, frame in checked.as_cached()}
-        for project in projects[1:]:  # every table is cached: the cores are the validations' now
+        futures = {}
+        for name, frame in checked.as_cached():
+            if name in checked.scanned and spare:  # its validation is its computation
+                free.put(spare.pop())
+            futures[name] = pool.submit(validate, name, frame)
+        for project in spare:  # every table is cached: the cores are the validations' now
             free.put(project)
         return {name: future.result() for name, future in futures.items()}
 

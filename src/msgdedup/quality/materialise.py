@@ -4,7 +4,9 @@ GX resolves several metrics per expectation (counts, sample values, sample rows)
 query of the table it is given. Given the lazy table, every one of those queries would re-run
 the table's scans, joins and aggregations; given a cached table, each is a scan of a small
 in-memory table. This module computes and caches the tables (``MaterialisedTables``) in a
-Spark session of its own (``gate_session``).
+Spark session of its own (``gate_session``). The exception is a table that is a plain scan of
+the outputs (``Scanned``): GX asks a passing table only its row count and one aggregation, and
+the scan those need costs less than the one that would cache the table.
 
 The gate is short, so its Spark work runs on a cold JVM, where building a plan or making a
 pass over a batch costs several times what it costs warm, and a lone query leaves cores idle
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import pandas as pd
@@ -88,12 +91,30 @@ def cache_settings(spark: SparkSession, input_lines: int) -> dict[str, str]:
     return {CACHE_COMPRESSED: "false"}
 
 
+@dataclass(frozen=True)
+class Scanned:
+    """A checked table that GX validates as it is, not cached first: one whose plan is a plain scan
+    of the outputs (every exception it joins back to its rows is empty, ``SmallFrames``, so Spark's
+    optimiser drops those joins), with no shuffle.
+
+    GX asks a passing table its row count (Parquet answers from its row-group counts) and one
+    aggregation of every expectation's unexpected rows (the gate asks no samples of it,
+    ``gate._counted``): one scan of the Parquet columns it checks. Caching it first is a scan of
+    every column it keeps, then the cache's build, then GX's two queries of the cache: at 1M
+    messages ``messages`` and ``key_window`` took 2.5 s each to cache, against 0.3-0.7 s for
+    GX's queries of the scans (docs/benchmarks.md, "The checked tables that are plain scans").
+    A table that fails is cached before GX asks it for samples (``MaterialisedTables.keep``)."""
+
+    frame: DataFrame
+
+
 class MaterialisedTables:
     """The checked tables, each built, computed and cached once, in background threads.
 
     ``tables`` maps a name to a function that builds the table's (lazy) DataFrame: building
     one means analysing its plan, which on a cold JVM takes a noticeable part of a second, so
-    that happens in the table's thread too.
+    that happens in the table's thread too. A table built as ``Scanned`` is handed to GX as it
+    is, not cached (``scanned`` names those).
 
     A table is cut to at most the application's default parallelism in partitions (no
     shuffle): GX's sample queries (``limit 20``) scan a table partition by partition in
@@ -109,7 +130,7 @@ class MaterialisedTables:
     scheduled on the driver beside the large tables' work, on the gate's critical path.
     """
 
-    def __init__(self, spark: SparkSession, tables: dict[str, Callable[[], DataFrame]],
+    def __init__(self, spark: SparkSession, tables: dict[str, Callable[[], DataFrame | Scanned]],
                  on_driver: bool = False, driver_rows: int = -1) -> None:
         self._spark = spark
         self._on_driver = on_driver
@@ -118,23 +139,37 @@ class MaterialisedTables:
         self._started = time.perf_counter()
         self._finished: dict[str, float] = {}
         self._cached: list[DataFrame] = []
+        self.scanned: set[str] = set()
         self._pool = ThreadPoolExecutor(max_workers=len(tables), thread_name_prefix="gx-gate-derive")
         self._futures: dict[str, Future] = {name: self._pool.submit(self._compute, name, build)
                                             for name, build in tables.items()}
 
-    def _compute(self, name: str, build: Callable[[], DataFrame]) -> DataFrame | pd.DataFrame:
+    def _compute(self, name: str, build: Callable[[], DataFrame | Scanned]) -> DataFrame | pd.DataFrame:
         # Job groups are per thread: the Spark UI shows which table a job computes.
         self._spark.sparkContext.setJobGroup(f"gx-gate-derive-{name}", f"GX gate: compute the checked table {name}")
+        built = build()
+        scanned = isinstance(built, Scanned)
+        frame = built.frame if scanned else built
         if self._on_driver:
-            table = _to_pandas(build())
+            table = _to_pandas(frame)
+        elif scanned:
+            table = frame
+            self.scanned.add(name)
         else:
-            # as rows, not serialized: a serialized block spilled to disk is read back into one
-            # heap buffer of its whole size (engine.batch._kept says more)
-            table = build().coalesce(self._parallelism).persist(StorageLevel.MEMORY_AND_DISK_DESER)
-            self._cached.append(table)
+            table = self.keep(frame)
             if table.count() <= self._driver_rows:
                 table = _to_pandas(table)
         self._finished[name] = time.perf_counter()
+        return table
+
+    def keep(self, frame: DataFrame) -> DataFrame:
+        """``frame`` cached until ``close`` (lazily: the next query computes it), in at most the
+        default parallelism in partitions. A ``Scanned`` table that fails is kept so before GX
+        asks it for samples, a query per expectation."""
+        # as rows, not serialized: a serialized block spilled to disk is read back into one
+        # heap buffer of its whole size (engine.batch._kept says more)
+        table = frame.coalesce(self._parallelism).persist(StorageLevel.MEMORY_AND_DISK_DESER)
+        self._cached.append(table)
         return table
 
     def as_cached(self) -> Iterator[tuple[str, DataFrame | pd.DataFrame]]:
