@@ -407,9 +407,9 @@ def test_a_table_that_is_a_plain_scan_is_validated_without_being_cached_first(sp
                                                                              tmp_path):
     """A passing batch's messages and key_window join only empty exceptions: each is a plain scan of
     the outputs, which GX's queries read as it is (materialise.Scanned), so no job computes either
-    table before GX's own. Where a key is accepted again, key_window puts that key's acceptances in
-    order by a window, and is computed and cached first, as before; a failing plain scan is cached
-    before GX asks it for samples, and its samples still name the rows."""
+    table before GX's own. Where a key is accepted again, the deliveries of that key are put next to
+    their previous acceptances first (jobs of key_window's own), and the table is a plain scan
+    again; it fails, is cached before GX asks it for samples, and its samples name both rows."""
     def derive_jobs(table: str) -> set[int]:
         return set(spark.sparkContext.statusTracker().getJobIdsForGroup(f"gx-gate-derive-{table}"))
 
@@ -425,3 +425,5 @@ def test_a_table_that_is_a_plain_scan_is_validated_without_being_cached_first(sp
     result = run_gate(spark, str(broken), "B2")
     assert WINDOW in failed(result)
     assert derive_jobs("key_window") - before
+    (sample,) = outcome(result, "key_window", "duplicate_within_window").sample_rows
+    assert {sample["message_id"], sample["prev_message_id"]} == {"m9", "m9-dup"}

@@ -49,13 +49,14 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 
 from msgdedup import exit_codes, layout
+from msgdedup.local_frames import local_frame
 from msgdedup.timing import StepTimer
 from msgdedup.engine.filesystem import HadoopFS, local_directory
 from msgdedup.engine.planning import application_settings, decides_on_driver, driver_decide_lines, small_plan
 from msgdedup.quality import tables
 from msgdedup.quality.checks import CHECKED_TABLES, DATA_DOCS_SITE, checkpoint_name, counted_format
 from msgdedup.quality.materialise import (
-    MaterialisedTables, Scanned, SmallFrames, cache_settings, gate_session, hashes_on_driver,
+    SMALL_ROWS, MaterialisedTables, Scanned, SmallFrames, cache_settings, gate_session, hashes_on_driver,
 )
 from msgdedup.quality.project import default_project_dir, open_context
 
@@ -330,13 +331,25 @@ def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str,
             counts["quarantined"] = batch.quarantine.count()
         return tables.accounting_from_counts(spark, batch.manifest, counts)
 
+    settled: list[bool] = []  # whether key_window's keys accepted again came back as a local table
+
+    def settle(repeated: DataFrame) -> DataFrame:
+        # the deliveries of the keys accepted again, with their previous acceptances: normally few
+        # (232 of a million with a hot address), computed once here rather than in every GX query
+        rows = repeated.limit(SMALL_ROWS + 1).collect()
+        if len(rows) > SMALL_ROWS:
+            return repeated
+        settled.append(True)
+        return local_frame(spark, rows, repeated.schema)
+
     def key_window() -> DataFrame:
         again = get(tables.REPEATED_KEY_HASHES)
         repeats = small.rows.get(tables.REPEATED_KEY_HASHES) if small is not None else None  # None: not counted
         shared = tables.shared_cache_seqs(batch.delivered, get(tables.SHARED_CACHE_SEQ_COUNTS))
         return tables.key_window(batch.delivered, batch.dropped, batch.parent_id_cache, sizes, batch_id,
                                  again, shared, repeats=repeats,
-                                 sender_queues=tables.keeps_sender_queues(batch.manifest))
+                                 sender_queues=tables.keeps_sender_queues(batch.manifest),
+                                 settle=settle if repeats else None)
 
     builds = {
         "messages": lambda: tables.messages(batch.delivered, batch.dropped, get(tables.REPEATED_MESSAGE_IDS)),
@@ -347,12 +360,18 @@ def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str,
                                                        apama=tables.has_apama_caches(batch.manifest),
                                                        excess=get(tables.REPEATED_HELD_KEYS)),
     }
-    # The exceptions whose absence leaves a table a plain scan of the outputs (their joins dropped).
-    joined = {"messages": (tables.REPEATED_MESSAGE_IDS,),
-              "key_window": (tables.REPEATED_KEY_HASHES, tables.SHARED_CACHE_SEQ_COUNTS)}
+    # The exceptions whose absence leaves a table a plain scan of the outputs (their joins dropped);
+    # key_window's keys accepted again leave it one too when they came back as a local table.
+    def joined(name: str) -> tuple[str, ...] | None:
+        if name == "messages":
+            return (tables.REPEATED_MESSAGE_IDS,)
+        if name == "key_window":
+            return (tables.SHARED_CACHE_SEQ_COUNTS,) + (() if settled else (tables.REPEATED_KEY_HASHES,))
+        return None
 
     def scanned(name: str) -> bool:
-        return small is not None and name in joined and all(small.rows.get(e) == 0 for e in joined[name])
+        exceptions = joined(name)
+        return small is not None and exceptions is not None and all(small.rows.get(e) == 0 for e in exceptions)
 
     # Each with the columns GX reads of it only (CheckedTable.columns): the same rows, the same
     # checked values and the same row names in the results, and no intermediate column kept in

@@ -21,7 +21,7 @@ rows whose hash repeats (``_possibly_repeated``).
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Callable, Mapping
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -308,7 +308,8 @@ _PREVIOUS = {
 
 def key_window(delivered: DataFrame, dropped: DataFrame, parent_id_cache: DataFrame, sizes: DataFrame,
                batch_id: str, again: DataFrame | None = None, shared_numbers: DataFrame | None = None,
-               repeats: int | None = None, sender_queues: bool = True) -> DataFrame:
+               repeats: int | None = None, sender_queues: bool = True,
+               settle: Callable[[DataFrame], DataFrame] | None = None) -> DataFrame:
     """Each checked delivered message next to the previous acceptance of its key.
 
     The previous acceptance is looked for among this batch's deliveries and the parent's ID
@@ -336,7 +337,10 @@ def key_window(delivered: DataFrame, dropped: DataFrame, parent_id_cache: DataFr
     only after analysing and optimising it: a window, the Apama sender gaps and their joins,
     about a second of the driver's time on the gate's critical path at 1M. ``sender_queues``:
     False when no cache of the batch keeps sender queues (``keeps_sender_queues``): the Apama
-    sender gaps are then null, and their joins are not built and planned.
+    sender gaps are then null, and their joins are not built and planned. ``settle``: applied to
+    the deliveries of the keys accepted again, next to their previous acceptances, before they
+    join the others: the gate computes those few rows once and hands them back as a local table,
+    so that the table is a plain scan of the deliveries again (``materialise.Scanned``).
     """
     current = _current_acceptances(delivered, batch_id)
     if again is None:
@@ -360,6 +364,8 @@ def key_window(delivered: DataFrame, dropped: DataFrame, parent_id_cache: DataFr
             repeated = _apama_sender_gaps(repeated, delivered, dropped, parent_id_cache, sizes, repeats is not None)
         else:  # no cache keeps sender queues: no gaps, and their joins not planned (0.3-0.8 s of the driver)
             repeated = repeated.select("*", *_no_sender_gaps())
+        if settle is not None:
+            repeated = settle(repeated)
         rows = repeated.unionByName(first)
     placed = (
         rows
