@@ -514,9 +514,9 @@ def _give_back(project: _OpenProject) -> None:
 
 # How many checked tables GX validates at once when it validates Spark tables, once every table is
 # cached: all of them (a table validated as it is, ``Scanned``, brings its own work: it gets a
-# context as soon as it is built). Each validation is a dozen queries of a cached table with a few milliseconds
-# of task time each, whose cost is the driver's planning and scheduling, one query after another:
-# validated one table at a time, the last tables' validations were about 4 s of a 1M batch's 15 s
+# context as soon as it is built). Each validation is a dozen queries of a cached table with a few
+# milliseconds of task time each, whose cost is the driver's planning and scheduling, one query
+# after another: validated one table at a time, the last tables' validations were about 4 s of a 1M batch's 15 s
 # gate with the cores nearly idle; three at a time, the table cached last (``key_window``) waited
 # for one of the three to finish, and its validation ended the gate 2.2-2.4 s after the last table
 # was cached, against 1.7-1.9 s with a context for every table (docs/benchmarks.md). While tables

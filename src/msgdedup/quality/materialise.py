@@ -94,8 +94,9 @@ def cache_settings(spark: SparkSession, input_lines: int) -> dict[str, str]:
 @dataclass(frozen=True)
 class Scanned:
     """A checked table that GX validates as it is, not cached first: one whose plan is a plain scan
-    of the outputs (every exception it joins back to its rows is empty, ``SmallFrames``, so Spark's
-    optimiser drops those joins), with no shuffle.
+    of the outputs, with no shuffle (every exception it joins back to its rows is empty, so Spark's
+    optimiser drops those joins, or a local table: ``SmallFrames``, and ``key_window``'s keys
+    accepted again, computed first).
 
     GX asks a passing table its row count (Parquet answers from its row-group counts) and one
     aggregation of every expectation's unexpected rows (the gate asks no samples of it,
