@@ -49,14 +49,13 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 
 from msgdedup import exit_codes, layout
-from msgdedup.local_frames import local_frame
 from msgdedup.timing import StepTimer
 from msgdedup.engine.filesystem import HadoopFS, local_directory
 from msgdedup.engine.planning import application_settings, decides_on_driver, driver_decide_lines, small_plan
 from msgdedup.quality import tables
 from msgdedup.quality.checks import CHECKED_TABLES, DATA_DOCS_SITE, checkpoint_name, counted_format
 from msgdedup.quality.materialise import (
-    SMALL_ROWS, MaterialisedTables, Scanned, SmallFrames, cache_settings, gate_session, hashes_on_driver,
+    MaterialisedTables, Scanned, SmallFrames, cache_settings, gate_session, hashes_on_driver, local_when_small,
 )
 from msgdedup.quality.project import default_project_dir, open_context
 
@@ -331,28 +330,40 @@ def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str,
             counts["quarantined"] = batch.quarantine.count()
         return tables.accounting_from_counts(spark, batch.manifest, counts)
 
-    settled: list[bool] = []  # whether key_window's keys accepted again came back as a local table
+    def none_of(*exceptions: str) -> bool:
+        """Whether each of these exceptions was counted and found empty: then the joins to them are
+        dropped from a table's plan."""
+        return small is not None and all(small.rows.get(e) == 0 for e in exceptions)
 
-    def settle(repeated: DataFrame) -> DataFrame:
-        # the deliveries of the keys accepted again, with their previous acceptances: normally few
-        # (232 of a million with a hot address), computed once here rather than in every GX query
-        rows = repeated.limit(SMALL_ROWS + 1).collect()
-        if len(rows) > SMALL_ROWS:
-            return repeated
-        settled.append(True)
-        return local_frame(spark, rows, repeated.schema)
+    def plain_scan(frame: DataFrame, scan: bool) -> DataFrame | Scanned:
+        return Scanned(frame) if scan else frame
 
-    def key_window() -> DataFrame:
+    def messages() -> DataFrame | Scanned:
+        table = tables.messages(batch.delivered, batch.dropped, get(tables.REPEATED_MESSAGE_IDS))
+        return plain_scan(table, none_of(tables.REPEATED_MESSAGE_IDS))
+
+    def key_window() -> DataFrame | Scanned:
         again = get(tables.REPEATED_KEY_HASHES)
         repeats = small.rows.get(tables.REPEATED_KEY_HASHES) if small is not None else None  # None: not counted
         shared = tables.shared_cache_seqs(batch.delivered, get(tables.SHARED_CACHE_SEQ_COUNTS))
-        return tables.key_window(batch.delivered, batch.dropped, batch.parent_id_cache, sizes, batch_id,
-                                 again, shared, repeats=repeats,
-                                 sender_queues=tables.keeps_sender_queues(batch.manifest),
-                                 settle=settle if repeats else None)
+        settled = []  # the keys accepted again, handed back as a local table
+
+        def settle(repeated: DataFrame) -> DataFrame:
+            # the deliveries of the keys accepted again, with their previous acceptances: normally
+            # few (232 of a million with a hot address), computed once rather than in each GX query
+            local, _ = local_when_small(repeated)
+            settled.append(local is not None)
+            return repeated if local is None else local
+
+        table = tables.key_window(batch.delivered, batch.dropped, batch.parent_id_cache, sizes, batch_id,
+                                  again, shared, repeats=repeats,
+                                  sender_queues=tables.keeps_sender_queues(batch.manifest),
+                                  settle=settle if repeats else None)
+        keys_settled = none_of(tables.REPEATED_KEY_HASHES) or any(settled)
+        return plain_scan(table, keys_settled and none_of(tables.SHARED_CACHE_SEQ_COUNTS))
 
     builds = {
-        "messages": lambda: tables.messages(batch.delivered, batch.dropped, get(tables.REPEATED_MESSAGE_IDS)),
+        "messages": messages,
         "key_window": key_window,
         "transactions": lambda: tables.transactions(batch.delivered, batch.dropped),
         "accounting": accounting,
@@ -360,33 +371,17 @@ def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str,
                                                        apama=tables.has_apama_caches(batch.manifest),
                                                        excess=get(tables.REPEATED_HELD_KEYS)),
     }
-    # The exceptions whose absence leaves a table a plain scan of the outputs (their joins dropped);
-    # key_window's keys accepted again leave it one too when they came back as a local table.
-    def joined(name: str) -> tuple[str, ...] | None:
-        if name == "messages":
-            return (tables.REPEATED_MESSAGE_IDS,)
-        if name == "key_window":
-            return (tables.SHARED_CACHE_SEQ_COUNTS,) + (() if settled else (tables.REPEATED_KEY_HASHES,))
-        return None
-
-    def scanned(name: str) -> bool:
-        exceptions = joined(name)
-        return small is not None and exceptions is not None and all(small.rows.get(e) == 0 for e in exceptions)
-
     # Each with the columns GX reads of it only (CheckedTable.columns): the same rows, the same
     # checked values and the same row names in the results, and no intermediate column kept in
     # the cache or collected (key_window's gaps and limits: about half its columns)
-    return {table.name: functools.partial(_checked, builds[table.name], table.columns,
-                                          functools.partial(scanned, table.name))
-            for table in CHECKED_TABLES}
+    return {table.name: functools.partial(_checked, builds[table.name], table.columns) for table in CHECKED_TABLES}
 
 
-def _checked(build: Callable[[], DataFrame], columns: tuple[str, ...],
-             scanned: Callable[[], bool]) -> DataFrame | Scanned:
-    """The table's columns GX reads; ``Scanned`` when ``scanned()`` says, once it is built (the
-    build waits for the exceptions it joins)."""
-    frame = build().select(*columns)
-    return Scanned(frame) if scanned() else frame
+def _checked(build: Callable[[], DataFrame | Scanned], columns: tuple[str, ...]) -> DataFrame | Scanned:
+    built = build()
+    if isinstance(built, Scanned):
+        return Scanned(built.frame.select(*columns))
+    return built.select(*columns)
 
 
 def _jsonable(value: Any) -> Any:

@@ -277,16 +277,8 @@ class SmallFrames:
     def _compute(self, name: str, build: Callable[[DataFrame | None], DataFrame]) -> DataFrame:
         self._spark.sparkContext.setJobGroup(f"gx-gate-derive-{name}", f"GX gate: compute {name}")
         frame = build(None if self._repeats is None else self._repeats.result().get(name))
-        rows = frame.limit(self._limit + 1).collect()
-        if len(rows) > self._limit:
-            self.rows[name] = None
-            return frame
-        self.rows[name] = len(rows)
-        if not rows:
-            # ``limit(0)`` is optimised into an empty local relation: the aggregation is not run
-            # again, and the joins to it are dropped from the table's plan.
-            return frame.limit(0)
-        return F.broadcast(local_frame(self._spark, rows, frame.schema))
+        local, self.rows[name] = local_when_small(frame, self._limit)
+        return frame if local is None else F.broadcast(local)
 
     def tally(self) -> dict[int, int] | None:
         """Rows per value of the ``tallied`` column, once the hashes' pass is done (a value no row
@@ -308,6 +300,20 @@ class SmallFrames:
         """Wait for the threads, cancelling any frame still being computed (nothing is cached)."""
         self.cancel()
         self._pool.shutdown(wait=True)
+
+def local_when_small(frame: DataFrame, limit: int = SMALL_ROWS) -> tuple[DataFrame | None, int | None]:
+    """``frame`` computed once and handed back as a local table with its row count, when it has at
+    most ``limit`` rows; else ``(None, None)``, and the caller keeps the lazy frame (the driver's
+    memory stays bounded). An empty one comes back as ``frame.limit(0)``, which Spark's optimiser
+    turns into an empty local relation: the frame is not computed again, and a join to it is
+    dropped from the plan."""
+    rows = frame.limit(limit + 1).collect()
+    if len(rows) > limit:
+        return None, None
+    if not rows:
+        return frame.limit(0), 0
+    return local_frame(frame.sparkSession, rows, frame.schema), len(rows)
+
 
 def _cancel(spark: SparkSession, futures: dict[str, Future]) -> None:
     """Cancel futures not started yet and the Spark jobs of those running (by their job group)."""
