@@ -168,3 +168,33 @@ def test_a_sender_hash_shared_by_two_senders_only_makes_fewer_quiet(spark):
     assert not (collided & ~exact).any()
     changed = {r for r, a, b in zip(rows["row_id"].to_pylist(), exact, collided, strict=True) if a != b}
     assert changed == {_row(0, 3), _row(0, 4), _row(1, 1), _row(1, 2)}
+
+
+DELIVERED = "message_id string, address string, source_id string, cache string, dedup_key string, " \
+            "cache_seq long, entered_at_us long"
+
+
+def test_the_quiet_senders_acceptances_are_found_among_the_delivered_messages(spark):
+    """What the snapshot keeps of an Apama batch ranked on the driver (batch._acceptances): the
+    uncontested acceptances of quiet senders, as transforms.acceptances gives them with their
+    ``queue``; not a contested one (the kernel's queues hold it), not a loud sender's, not one of
+    a count cache whose sender's hash is a quiet one's, not a message without a key."""
+    delivered = spark.createDataFrame([
+        ("m1", "a", "p1", "q", "k1", 1, 100),      # quiet p1, uncontested: queued
+        ("m2", "a", "p1", "q", "k2", 2, 110),      # contested: the kernel accepted it
+        ("m3", "a", "p2", "q", "k3", 3, 120),      # p2 is loud
+        ("m4", "a", None, "q", "k4", 4, 130),      # the senders without a source_id share a queue
+        ("m5", "b", "p1", "c", "k1", 1, None),     # a count cache
+        ("m6", "b", "p1", None, None, None, None),  # no key
+    ], DELIVERED)
+    sender = lambda cache, source: spark.range(1).select(  # noqa: E731
+        F.xxhash64(F.lit(cache), F.lit(source).cast("string"))).first()[0]
+    quiet = values_frame(spark, np.array([sender("q", "p1"), sender("q", None), sender("c", "p1")]),
+                         unit_ranks.SENDER)
+    kernel_seqs = spark.createDataFrame([("q", 2)], "cache string, cache_seq long")
+    found = unit_ranks.queued_acceptances(delivered, ["q"], quiet, kernel_seqs, "B1")
+    assert sorted(tuple(r) for r in found.select(*transforms.SNAPSHOT_COLUMNS).collect()) == [
+        tuple({"cache": "q", "dedup_key": key, "cache_seq": seq, "message_id": mid, "address": "a",
+               "accepted_batch_id": "B1", "received_at_us": at, "source_id": source,
+               "queue": kernel.SENDER_QUEUE}[c] for c in transforms.SNAPSHOT_COLUMNS)
+        for key, seq, mid, at, source in (("k1", 1, "m1", 100, "p1"), ("k4", 4, "m4", 130, None))]

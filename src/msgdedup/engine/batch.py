@@ -248,11 +248,9 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     # driver whose outputs and snapshot the driver makes reads neither (no Spark frame at all)
     @functools.cache
     def verdicts() -> DataFrame:
-        # Where the driver tallied them, a delivered output not looked up by line reads these, and
-        # with Apama caches the snapshot's acceptances (``_acceptances``), and the record of keys
-        # that left: kept where two of them do
-        if decided.driver is not None and apama and (leaving or decided.driver.lookup is None):
-            return _kept(decided.verdicts, kept)
+        # Where the driver tallied them, only a delivered output not looked up by line reads these
+        # (the snapshot's acceptances and the record of keys that left read the delivered output,
+        # ``_acceptances``): never kept
         return decided.verdicts
 
     paths = {name: f"{staging}/{name}" for name in OUTPUTS}  # the warehouse's check of the staged run reads the same
@@ -261,8 +259,8 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
 
     @functools.cache
     def entries() -> DataFrame:  # the parent's entries and the batch's acceptances
-        return _union(_acceptances(spark, outputs["delivered"], paths["delivered"], apama, verdicts, txn.batch_id),
-                      parent.counted)
+        return _union(_acceptances(spark, outputs["delivered"], paths["delivered"], apama, verdicts,
+                                   decided.driver, txn.batch_id), parent.counted)
     timer.lap("decide")
 
     # the window-miss audit (§9): misses among the keys that can have an earlier acceptance
@@ -513,6 +511,10 @@ class _DriverVerdicts:
 
     lookup: DataFrame | None  # the delivered ones by line (line_lookup.LOOKUP_SCHEMA); None: they do not fit
     dropped: DataFrame        # the dropped ones, the kernel's (driver_verdicts.DROPPED_SCHEMA)
+    # With Apama caches, what tells their quiet senders' acceptances among the delivered
+    # (unit_ranks.queued_acceptances): the quiet senders' hashes and the kernel's acceptances
+    quiet_hashes: DataFrame | None = None
+    kernel_seqs: DataFrame | None = None
 
 
 def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, windows: dict, batch_id: str,
@@ -670,11 +672,12 @@ class _Ranked:
     by_line: DataFrame  # unit_ranks.RANKS_SCHEMA
     ranks: unit_ranks.Ranks
     caches: dict[int, str]  # the batch's caches by unit_ranks.cache_hash
-    stream_rows: int | None  # rows of the kernel's stream, where the driver knows them (no Apama cache)
+    stream_rows: int | None  # rows of the kernel's stream, where the driver knows them (no parent Apama queue)
     counted: DataFrame | None  # its count and time entries
     left: DataFrame | None     # its record of keys that left their window (§9)
     queued: DataFrame | None   # its Apama entries the kernel needs: named, or not resting
     resting: DataFrame | None  # its Apama entries that stay as they are
+    quiet_hashes: np.ndarray | None = None  # the Apama caches' quiet senders (unit_ranks.quiet_senders)
 
 
 def _ranks(spark: SparkSession, rows: pa.Table, parent: _Parent, windows: dict, caches: dict[int, str],
@@ -717,10 +720,30 @@ def _ranks(spark: SparkSession, rows: pa.Table, parent: _Parent, windows: dict, 
     # the ranks by line, in the JVM at once (the driver keeps each message's for its verdicts only)
     by_line, ranks = spark.createDataFrame(found[0], unit_ranks.RANKS_SPARK_SCHEMA), found[1]
     del found
-    # the kernel's stream: the contested messages and the entries met (Apama's passive messages
-    # and queue entries would need a count)
-    stream_rows = None if apama else ranks.contested + (0 if counted_met is None else len(counted_met))
-    return _Ranked(by_line, ranks, caches, stream_rows, counted, left, queued, resting)
+    # the kernel's stream (transforms.decision_stream): the contested messages, the entries met and
+    # Apama's passive messages (uncontested, of a sender that is not quiet); the parent's queue
+    # entries it needs would need a count
+    stream_rows = ranks.contested + (0 if counted_met is None else len(counted_met))
+    if apama:
+        sequential = np.isin(ranks.cache_hash, [h for h, name in caches.items() if name in apama])
+        passive = int(np.count_nonzero(ranks.keyed & sequential & ~ranks.in_contested & ~quiet))
+        stream_rows = None if queued is not None else stream_rows + passive
+    return _Ranked(by_line, ranks, caches, stream_rows, counted, left, queued, resting, quiet_hashes if apama else None)
+
+
+def _queue_tellers(spark: SparkSession, quiet_hashes: np.ndarray, decisions: pa.Table, apama: list[str]
+                   ) -> tuple[DataFrame, DataFrame]:
+    """What tells the Apama caches' quiet senders' acceptances among the delivered messages
+    (unit_ranks.queued_acceptances), as small frames: the quiet senders' hashes, and the kernel's
+    acceptances in those caches (its ``decisions``, kernel.OUTPUT_SCHEMA), by cache and cache_seq."""
+    accepted = decisions.filter(pc.and_(pc.and_(pc.equal(decisions["kind"], kernel.VERDICT),
+                                                decisions["cache_seq"].is_valid()),
+                                        pc.is_in(decisions["cache"], value_set=pa.array(apama, pa.string()))))
+    seqs = accepted.select(["cache", "cache_seq"])
+    return (_broadcast_if_small(values_frame(spark, quiet_hashes, unit_ranks.SENDER), len(quiet_hashes),
+                                KEY_HASH_BYTES),
+            _broadcast_if_small(spark.createDataFrame(seqs, "cache string, cache_seq long"), len(seqs),
+                                BROADCAST_ROW_BYTES))
 
 
 def _held(spark: SparkSession, parent: _Parent) -> pa.Table:
@@ -743,11 +766,11 @@ def _decide_ranked(spark: SparkSession, messages: DataFrame, ranked: _Ranked, wi
     apama = cache_windows.of_policy(windows, APAMA)
     units = unit_ranks.units(messages, ranked.by_line, apama)
     # Read once, by the kernel's stream, where the driver runs the kernel and tallies its verdicts
-    # and no audit or Apama cache reads them again (the snapshot reads the delivered output,
-    # ``_acceptances``); else kept, computed by the first pass that reads them
+    # and no audit reads them again (the snapshot reads the delivered output, ``_acceptances``);
+    # else kept, computed by the first pass that reads them
     tallied_on_driver = (ranked.stream_rows is not None and kernel_on_driver(spark, ranked.stream_rows)
                          and addresses is not None)
-    if not (tallied_on_driver and not audited and not apama):
+    if not (tallied_on_driver and not audited):
         units = _kept(units, kept)
     kernel_entries = None if ranked.counted is None else _union(ranked.counted, ranked.queued)
     verdicts, decisions, held = _verdicts(spark, units, kernel_entries, copies, windows, batch_id, kept,
@@ -759,7 +782,8 @@ def _decide_ranked(spark: SparkSession, messages: DataFrame, ranked: _Ranked, wi
         tally = _Tally(found.tally)
         driver = _DriverVerdicts(
             None if found.lookup is None else spark.createDataFrame(found.lookup, line_lookup.LOOKUP_SPARK_SCHEMA),
-            spark.createDataFrame(found.dropped, driver_verdicts.DROPPED_SPARK_SCHEMA))
+            spark.createDataFrame(found.dropped, driver_verdicts.DROPPED_SPARK_SCHEMA),
+            *(_queue_tellers(spark, ranked.quiet_hashes, held.decisions, apama) if apama else ()))
         del found
     else:  # the tally, the outputs and the snapshot read them
         verdicts = _kept(verdicts(), kept)
@@ -921,16 +945,25 @@ def _new_snapshot(spark: SparkSession, decided: _Decided, parent: _Parent, entri
 
 
 def _acceptances(spark: SparkSession, delivered: DataFrame | pa.Table, path: str, apama: list[str],
-                 verdicts: Callable[[], DataFrame], batch_id: str) -> DataFrame:
-    """The batch's acceptances as cache entries (transforms.acceptances). Where no Apama cache can
-    queue one and Spark wrote the ``delivered`` output (at ``path``), read from that output's narrow
-    columns (transforms.delivered_acceptances): every acceptance is a delivered message with its
-    cache_seq, and Parquet reads those columns alone. Made from the ``verdicts`` again instead, the
-    snapshot re-planned the kernel's verdicts over every unit (about ten broadcasts), and a batch
-    whose driver tallied the verdicts kept its units only for that (docs/benchmarks.md)."""
-    if not apama and isinstance(delivered, DataFrame):
-        return transforms.delivered_acceptances(spark.read.schema(delivered.schema).parquet(path), batch_id)
-    return transforms.acceptances(verdicts(), batch_id)
+                 verdicts: Callable[[], DataFrame], driver: _DriverVerdicts | None, batch_id: str) -> DataFrame:
+    """The batch's acceptances as cache entries (transforms.acceptances), as the snapshot and the
+    record of keys that left read them. Where Spark wrote the ``delivered`` output (at ``path``),
+    read from that output's narrow columns (transforms.delivered_acceptances): every acceptance is
+    a delivered message with its cache_seq, and Parquet reads those columns alone. With Apama
+    caches, only where the driver tallied the verdicts (``driver``), which tells the acceptances
+    that stay in a quiet sender's queue (unit_ranks.queued_acceptances); their caches' others are
+    left out, as the snapshot takes the kernel's queues and the record is of count and time
+    caches. Made from the ``verdicts`` again instead, the snapshot re-planned the kernel's verdicts
+    over every unit (about ten broadcasts), and a batch whose driver tallied the verdicts kept its
+    units only for that (docs/benchmarks.md)."""
+    if not isinstance(delivered, DataFrame) or (apama and (driver is None or driver.kernel_seqs is None)):
+        return transforms.acceptances(verdicts(), batch_id)
+    written = spark.read.schema(delivered.schema).parquet(path)
+    if not apama:
+        return transforms.delivered_acceptances(written, batch_id)
+    return (transforms.delivered_acceptances(written.filter(~F.col("cache").isin(apama)), batch_id)
+            .unionByName(unit_ranks.queued_acceptances(written, apama, driver.quiet_hashes, driver.kernel_seqs,
+                                                       batch_id)))
 
 
 def _lookup(spark: SparkSession, verdicts: DataFrame, starts: DataFrame, instants: bool) -> DataFrame | None:

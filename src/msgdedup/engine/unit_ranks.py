@@ -280,6 +280,26 @@ def contested_verdicts(stream: pa.Table, decisions: pa.Table, windows: Mapping[s
     return joined.append_column("received_at_us", pa.array(entered, pa.int64()))
 
 
+def queued_acceptances(delivered: DataFrame, sequential: list[str], quiet_hashes: DataFrame,
+                       kernel_seqs: DataFrame, batch_id: str) -> DataFrame:
+    """transforms.acceptances' rows with a ``queue`` (``acceptances(...).filter(queue is not null)``),
+    from the ``delivered`` output's rows instead of the verdicts: the acceptances in a quiet
+    sender's queue are the uncontested messages of the ``sequential`` (Apama) caches whose sender
+    is quiet (``quiet_hashes``' ``sender_hash``, distinct: the same hashes the units were marked
+    quiet by, ``quiet_senders``); every such message is delivered with a cache_seq, and the
+    contested ones among the delivered are those the kernel numbered (``kernel_seqs``: ``cache``,
+    ``cache_seq`` of the kernel's acceptances, distinct). Both small sides are the caller's to
+    broadcast. Made from the verdicts, the snapshot planned them again over every unit for these
+    alone (docs/benchmarks.md)."""
+    quiet = quiet_hashes.select(F.col(SENDER).alias("_quiet"))
+    return (delivered.filter(F.col("cache_seq").isNotNull() & F.col("cache").isin(sequential))
+            .join(quiet, sender_hash() == F.col("_quiet"), "left_semi")
+            .join(kernel_seqs, ["cache", "cache_seq"], "left_anti")
+            .select("cache", "dedup_key", "cache_seq", "message_id", "address",
+                    F.lit(batch_id).alias("accepted_batch_id"), F.col("entered_at_us").alias("received_at_us"),
+                    "source_id", F.lit(kernel.SENDER_QUEUE).alias("queue")))
+
+
 def named_entries(parent_apama: DataFrame, batch_hashes: DataFrame, quiet_hashes: DataFrame) -> DataFrame:
     """transforms.named_entries by hash: the parent's Apama entries with ``named`` (the batch's
     keys have its key's hash: ``batch_hashes``, ``key_hash``, distinct) and ``resting`` (in a quiet
