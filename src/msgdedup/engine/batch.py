@@ -731,7 +731,7 @@ def _ranks(spark: SparkSession, rows: pa.Table, parent: _Parent, windows: dict, 
     return _Ranked(by_line, ranks, caches, stream_rows, counted, left, queued, resting, quiet_hashes if apama else None)
 
 
-def _queue_tellers(spark: SparkSession, quiet_hashes: np.ndarray, decisions: pa.Table, apama: list[str]
+def _queued_sides(spark: SparkSession, quiet_hashes: np.ndarray, decisions: pa.Table, apama: list[str]
                    ) -> tuple[DataFrame, DataFrame]:
     """What tells the Apama caches' quiet senders' acceptances among the delivered messages
     (unit_ranks.queued_acceptances), as small frames: the quiet senders' hashes, and the kernel's
@@ -783,7 +783,7 @@ def _decide_ranked(spark: SparkSession, messages: DataFrame, ranked: _Ranked, wi
         driver = _DriverVerdicts(
             None if found.lookup is None else spark.createDataFrame(found.lookup, line_lookup.LOOKUP_SPARK_SCHEMA),
             spark.createDataFrame(found.dropped, driver_verdicts.DROPPED_SPARK_SCHEMA),
-            *(_queue_tellers(spark, ranked.quiet_hashes, held.decisions, apama) if apama else ()))
+            *(_queued_sides(spark, ranked.quiet_hashes, held.decisions, apama) if apama else ()))
         del found
     else:  # the tally, the outputs and the snapshot read them
         verdicts = _kept(verdicts(), kept)
