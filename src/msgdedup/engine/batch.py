@@ -245,13 +245,12 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     leaving = bool(settings.audit_horizon) and audit.acceptances_may_leave(caches, accepted)
 
     # The verdicts and the entries are made when a step first reads them: a batch decided on the
-    # driver whose outputs and snapshot the driver makes reads neither (no Spark frame at all)
-    @functools.cache
+    # driver whose outputs and snapshot the driver makes reads neither (no Spark frame at all).
+    # Where the driver tallied them, only a delivered output not looked up by line reads the
+    # verdicts (the snapshot's acceptances and the record of keys that left read the delivered
+    # output, ``_acceptances``): never kept
     def verdicts() -> DataFrame:
-        # Where the driver tallied them, only a delivered output not looked up by line reads these
-        # (the snapshot's acceptances and the record of keys that left read the delivered output,
-        # ``_acceptances``): never kept
-        return decided.verdicts
+        return decided.verdicts  # made once, when first read (``_MadeWhenRead``)
 
     paths = {name: f"{staging}/{name}" for name in OUTPUTS}  # the warehouse's check of the staged run reads the same
     written: dict[str, int] = {}
@@ -677,7 +676,7 @@ class _Ranked:
     left: DataFrame | None     # its record of keys that left their window (§9)
     queued: DataFrame | None   # its Apama entries the kernel needs: named, or not resting
     resting: DataFrame | None  # its Apama entries that stay as they are
-    quiet_hashes: np.ndarray | None = None  # the Apama caches' quiet senders (unit_ranks.quiet_senders)
+    quiet_senders: DataFrame | None = None  # the Apama caches' quiet senders' hashes (SENDER), small
 
 
 def _ranks(spark: SparkSession, rows: pa.Table, parent: _Parent, windows: dict, caches: dict[int, str],
@@ -701,14 +700,14 @@ def _ranks(spark: SparkSession, rows: pa.Table, parent: _Parent, windows: dict, 
     counted_met, left_met = (None if hit is None else hit.select(unit_ranks.key_hash()).toArrow().column(0)
                              for hit in (counted, left))
     met = [hashes for hashes in (counted_met, left_met) if hashes is not None]
-    quiet = queued = resting = None
+    quiet = quiet_frame = queued = resting = None
+    # the Apama caches' per_source_window, by their hash
+    per_source = {h: windows[name].setting.per_source_window for h, name in caches.items() if name in apama}
     if apama:
-        quiet, quiet_hashes = unit_ranks.quiet_senders(
-            rows, {h: windows[name].setting.per_source_window for h, name in caches.items() if name in apama},
-            _held(spark, parent))
+        quiet, quiet_hashes = unit_ranks.quiet_senders(rows, per_source, _held(spark, parent))
+        quiet_frame = _broadcast_if_small(values_frame(spark, quiet_hashes, unit_ranks.SENDER),
+                                          len(quiet_hashes), KEY_HASH_BYTES)
         if parent.apama is not None:
-            quiet_frame = _broadcast_if_small(values_frame(spark, quiet_hashes, unit_ranks.SENDER),
-                                              len(quiet_hashes), KEY_HASH_BYTES)
             named = _kept(unit_ranks.named_entries(parent.apama, known, quiet_frame), kept)
             met.append(named.filter("named").select(unit_ranks.key_hash()).toArrow().column(0))
             queued = named.filter(~F.col("resting")).select(*transforms.SNAPSHOT_COLUMNS)
@@ -725,25 +724,20 @@ def _ranks(spark: SparkSession, rows: pa.Table, parent: _Parent, windows: dict, 
     # entries it needs would need a count
     stream_rows = ranks.contested + (0 if counted_met is None else len(counted_met))
     if apama:
-        sequential = np.isin(ranks.cache_hash, [h for h, name in caches.items() if name in apama])
+        sequential = np.isin(ranks.cache_hash, list(per_source))
         passive = int(np.count_nonzero(ranks.keyed & sequential & ~ranks.in_contested & ~quiet))
         stream_rows = None if queued is not None else stream_rows + passive
-    return _Ranked(by_line, ranks, caches, stream_rows, counted, left, queued, resting, quiet_hashes if apama else None)
+    return _Ranked(by_line, ranks, caches, stream_rows, counted, left, queued, resting, quiet_frame)
 
 
-def _queued_sides(spark: SparkSession, quiet_hashes: np.ndarray, decisions: pa.Table, apama: list[str]
-                   ) -> tuple[DataFrame, DataFrame]:
-    """What tells the Apama caches' quiet senders' acceptances among the delivered messages
-    (unit_ranks.queued_acceptances), as small frames: the quiet senders' hashes, and the kernel's
-    acceptances in those caches (its ``decisions``, kernel.OUTPUT_SCHEMA), by cache and cache_seq."""
-    accepted = decisions.filter(pc.and_(pc.and_(pc.equal(decisions["kind"], kernel.VERDICT),
-                                                decisions["cache_seq"].is_valid()),
-                                        pc.is_in(decisions["cache"], value_set=pa.array(apama, pa.string()))))
+def _kernel_seqs(spark: SparkSession, decisions: pa.Table) -> DataFrame:
+    """The kernel's acceptances (its ``decisions``, kernel.OUTPUT_SCHEMA) by cache and cache_seq, a
+    small frame: what tells the contested messages among the delivered ones
+    (unit_ranks.queued_acceptances)."""
+    accepted = decisions.filter(pc.and_(pc.equal(decisions["kind"], kernel.VERDICT),
+                                        decisions["cache_seq"].is_valid()))
     seqs = accepted.select(["cache", "cache_seq"])
-    return (_broadcast_if_small(values_frame(spark, quiet_hashes, unit_ranks.SENDER), len(quiet_hashes),
-                                KEY_HASH_BYTES),
-            _broadcast_if_small(spark.createDataFrame(seqs, "cache string, cache_seq long"), len(seqs),
-                                BROADCAST_ROW_BYTES))
+    return _broadcast_if_small(spark.createDataFrame(seqs, "cache string, cache_seq long"), len(seqs))
 
 
 def _held(spark: SparkSession, parent: _Parent) -> pa.Table:
@@ -783,7 +777,7 @@ def _decide_ranked(spark: SparkSession, messages: DataFrame, ranked: _Ranked, wi
         driver = _DriverVerdicts(
             None if found.lookup is None else spark.createDataFrame(found.lookup, line_lookup.LOOKUP_SPARK_SCHEMA),
             spark.createDataFrame(found.dropped, driver_verdicts.DROPPED_SPARK_SCHEMA),
-            *(_queued_sides(spark, ranked.quiet_hashes, held.decisions, apama) if apama else ()))
+            *((ranked.quiet_senders, _kernel_seqs(spark, held.decisions)) if apama else ()))
         del found
     else:  # the tally, the outputs and the snapshot read them
         verdicts = _kept(verdicts(), kept)
@@ -956,7 +950,7 @@ def _acceptances(spark: SparkSession, delivered: DataFrame | pa.Table, path: str
     caches. Made from the ``verdicts`` again instead, the snapshot re-planned the kernel's verdicts
     over every unit (about ten broadcasts), and a batch whose driver tallied the verdicts kept its
     units only for that (docs/benchmarks.md)."""
-    if not isinstance(delivered, DataFrame) or (apama and (driver is None or driver.kernel_seqs is None)):
+    if not isinstance(delivered, DataFrame) or (apama and driver is None):
         return transforms.acceptances(verdicts(), batch_id)
     written = spark.read.schema(delivered.schema).parquet(path)
     if not apama:
