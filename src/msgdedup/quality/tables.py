@@ -297,6 +297,52 @@ def shared_cache_seqs(delivered: DataFrame, counts: DataFrame | None = None) -> 
     return counts.join(ids, ["cache", "cache_seq"])
 
 
+def _sql_string(text: str) -> str:
+    """``text`` as a Spark SQL string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+# ``key_window``'s findings, as SQL: the JVM parses each in one call, where the same expressions
+# built from Python Columns took some 900 py4j calls (0.1 s on an idle driver, 0.5-0.8 s beside
+# the gate's other work, on its critical path when keys were accepted again: docs/benchmarks.md).
+# Columns: a delivery, its previous acceptance (``prev_*``, null if none), the two's distance
+# (``seq_gap``, ``time_gap_us``), its cache's window (``cache_sizes``), the Apama sender gaps.
+_SAME_POLICY = "(prev_in_batch OR prev_policy = policy)"
+_DUPLICATE_WITHIN_WINDOW = f"""CASE
+  WHEN policy = 'count' AND {_SAME_POLICY} AND seq_gap <= id_cache_size
+  THEN format_string({_sql_string(
+      "%s key %s: %s (cache_seq %d) delivered again %d accepted keys after %s (cache_seq %d, batch %s); "
+      "the cache holds %d")},
+    cache, dedup_key, message_id, cache_seq, seq_gap, prev_message_id, prev_cache_seq, prev_batch_id, id_cache_size)
+  WHEN policy = 'time' AND {_SAME_POLICY} AND (id_cache_size IS NULL OR seq_gap <= id_cache_size)
+       AND time_gap_us <= duplicate_window_us
+  THEN format_string({_sql_string(
+      "%s key %s: %s delivered again %.6f s and %d accepted keys after %s (batch %s); "
+      "the duplicate_window is %.6f s")},
+    cache, dedup_key, message_id, time_gap_us / 1e6, seq_gap, prev_message_id, prev_batch_id,
+    duplicate_window_us / 1e6)
+  WHEN policy = 'apama' AND {_SAME_POLICY} AND _sender_since < per_source_window AND NOT _resent
+  THEN format_string({_sql_string(
+      "%s key %s: %s delivered again while sender %s's queue still held it: the sender had "
+      "%d keys accepted since %s (batch %s), its per_source_window is %d")},
+    cache, dedup_key, message_id, coalesce(prev_source_id, '(no source)'), _sender_since, prev_message_id,
+    prev_batch_id, per_source_window)
+  WHEN policy = 'apama' AND {_SAME_POLICY} AND expiry_us > 0 AND time_gap_us <= expiry_us
+  THEN format_string({_sql_string(
+      "%s key %s: %s delivered again %.6f s after %s (batch %s), inside the shared queue's "
+      "expiry_seconds of %d")},
+    cache, dedup_key, message_id, time_gap_us / 1e6, prev_message_id, prev_batch_id,
+    CAST(expiry_us / 1000000 AS BIGINT))
+END"""
+# cache_seq numbers a cache's acceptances: two deliveries sharing one in this batch
+# means one acceptance was counted twice (and the window arithmetic above is off).
+_SHARED_CACHE_SEQ = f"""CASE WHEN _sharing IS NOT NULL
+  THEN format_string({_sql_string(
+      "%s cache_seq %d is used by %d deliveries (message_id %s to %s); this one: %s, key %s")},
+    cache, cache_seq, _sharing, _first_id, _last_id, message_id, dedup_key)
+END"""
+
+
 # The columns of an acceptance that ``key_window`` puts beside the next acceptance of its key.
 _PREVIOUS = {
     "message_id": ("prev_message_id", "string"), "cache_seq": ("prev_cache_seq", "long"),
@@ -338,8 +384,8 @@ def key_window(delivered: DataFrame, dropped: DataFrame, parent_id_cache: DataFr
     about a second of the driver's time on the gate's critical path at 1M. ``sender_queues``:
     False when no cache of the batch keeps sender queues (``keeps_sender_queues``): the Apama
     sender gaps are then null, and their joins are not built and planned. ``settle``: applied to
-    the deliveries of the keys accepted again, next to their previous acceptances, before they
-    join the others: the gate computes those few rows once and hands them back as a local table,
+    the rows of the deliveries of the keys accepted again, findings included, before they join
+    the others: the gate computes those few rows once and hands them back as a local table,
     so that the table is a plain scan of the deliveries again (``materialise.Scanned``).
     """
     current = _current_acceptances(delivered, batch_id)
@@ -347,26 +393,36 @@ def key_window(delivered: DataFrame, dropped: DataFrame, parent_id_cache: DataFr
         again = repeated_key_hashes(delivered, parent_id_cache, batch_id)
     if shared_numbers is None:
         shared_numbers = shared_cache_seqs(delivered)
-    first = (current if repeats == 0 else current.join(again, _key_hash() == again["_hash"], "left_anti")).select(
-        "*", *[F.lit(None).cast(kind).alias(name) for name, kind in _PREVIOUS.values()],
-        *_no_sender_gaps(),
+    # Each branch is checked apart, then the two are united: in the first acceptances' branch the
+    # previous acceptance is null, so Spark folds the window finding to null there, and a query of
+    # the table reads those deliveries' keys only (a finding's message names most of a delivery's
+    # columns: read for every delivery, they made GX's query of the table 2-3 times as long).
+    first = _findings(
+        (current if repeats == 0 else current.join(again, _key_hash() == again["_hash"], "left_anti"))
+        .select("*", *[F.lit(None).cast(kind).alias(name) for name, kind in _PREVIOUS.values()], *_no_sender_gaps()),
+        sizes, shared_numbers)
+    if repeats == 0:
+        return first
+    by_key = Window.partitionBy(*_KEY).orderBy(
+        F.col("cache_seq").asc_nulls_first(), F.col("_in_batch"), F.col("message_id")
     )
-    rows = first
-    if repeats != 0:
-        by_key = Window.partitionBy(*_KEY).orderBy(
-            F.col("cache_seq").asc_nulls_first(), F.col("_in_batch"), F.col("message_id")
-        )
-        repeated = _acceptances(delivered, parent_id_cache, batch_id).join(
-            again, _key_hash() == again["_hash"], "left_semi").select(
-            "*", *[F.lag(column).over(by_key).alias(name) for column, (name, _) in _PREVIOUS.items()]
-        ).where(F.col("_in_batch"))
-        if sender_queues:
-            repeated = _apama_sender_gaps(repeated, delivered, dropped, parent_id_cache, sizes, repeats is not None)
-        else:  # no cache keeps sender queues: no gaps, and their joins not planned (0.3-0.8 s of the driver)
-            repeated = repeated.select("*", *_no_sender_gaps())
-        if settle is not None:
-            repeated = settle(repeated)
-        rows = repeated.unionByName(first)
+    repeated = _acceptances(delivered, parent_id_cache, batch_id).join(
+        again, _key_hash() == again["_hash"], "left_semi").select(
+        "*", *[F.lag(column).over(by_key).alias(name) for column, (name, _) in _PREVIOUS.items()]
+    ).where(F.col("_in_batch"))
+    if sender_queues:
+        repeated = _apama_sender_gaps(repeated, delivered, dropped, parent_id_cache, sizes, repeats is not None)
+    else:  # no cache keeps sender queues: no gaps, and their joins not planned (0.3-0.8 s of the driver)
+        repeated = repeated.select("*", *_no_sender_gaps())
+    repeated = _findings(repeated, sizes, shared_numbers)
+    if settle is not None:
+        repeated = settle(repeated)
+    return repeated.unionByName(first)
+
+
+def _findings(rows: DataFrame, sizes: DataFrame, shared_numbers: DataFrame) -> DataFrame:
+    """``key_window``'s rows (deliveries next to their previous acceptances) with their cache's
+    window, their distance from the previous acceptance, and the findings."""
     placed = (
         rows
         .drop("_in_batch", "accepted_batch_id", "_policy", "source_id", "_queue", "prev_queue")
@@ -375,58 +431,13 @@ def key_window(delivered: DataFrame, dropped: DataFrame, parent_id_cache: DataFr
         .withColumn("seq_gap", F.col("cache_seq") - F.col("prev_cache_seq"))
         .withColumn("time_gap_us", F.col("entered_at_us") - F.col("prev_entered_at_us"))
     )
-    same_policy = F.col("prev_in_batch") | (F.col("prev_policy") == F.col("policy"))
-    within_count = F.col("id_cache_size").isNull() | (F.col("seq_gap") <= F.col("id_cache_size"))
-    apama = (F.col("policy") == "apama") & same_policy
-    violation = F.when(
-        (F.col("policy") == "count") & same_policy & (F.col("seq_gap") <= F.col("id_cache_size")),
-        F.format_string(
-            "%s key %s: %s (cache_seq %d) delivered again %d accepted keys after %s "
-            "(cache_seq %d, batch %s); the cache holds %d",
-            "cache", "dedup_key", "message_id", "cache_seq", "seq_gap",
-            "prev_message_id", "prev_cache_seq", "prev_batch_id", "id_cache_size",
-        ),
-    ).when(
-        (F.col("policy") == "time") & same_policy & within_count
-        & (F.col("time_gap_us") <= F.col("duplicate_window_us")),
-        F.format_string(
-            "%s key %s: %s delivered again %.6f s and %d accepted keys after %s (batch %s); "
-            "the duplicate_window is %.6f s",
-            "cache", "dedup_key", "message_id", F.col("time_gap_us") / 1e6, "seq_gap",
-            "prev_message_id", "prev_batch_id", F.col("duplicate_window_us") / 1e6,
-        ),
-    ).when(
-        apama & (F.col("_sender_since") < F.col("per_source_window")) & ~F.col("_resent"),
-        F.format_string(
-            "%s key %s: %s delivered again while sender %s's queue still held it: the sender had "
-            "%d keys accepted since %s (batch %s), its per_source_window is %d",
-            "cache", "dedup_key", "message_id", F.coalesce(F.col("prev_source_id"), F.lit("(no source)")),
-            "_sender_since", "prev_message_id", "prev_batch_id", "per_source_window",
-        ),
-    ).when(
-        apama & (F.col("expiry_us") > 0) & (F.col("time_gap_us") <= F.col("expiry_us")),
-        F.format_string(
-            "%s key %s: %s delivered again %.6f s after %s (batch %s), inside the shared queue's "
-            "expiry_seconds of %d",
-            "cache", "dedup_key", "message_id", F.col("time_gap_us") / 1e6, "prev_message_id", "prev_batch_id",
-            (F.col("expiry_us") / 1_000_000).cast("long"),
-        ),
-    )
-    # cache_seq numbers a cache's acceptances: two deliveries sharing one in this batch
-    # means one acceptance was counted twice (and the window arithmetic above is off).
-    shared = F.when(
-        F.col("_sharing").isNotNull(),
-        F.format_string(
-            "%s cache_seq %d is used by %d deliveries (message_id %s to %s); this one: %s, key %s",
-            "cache", "cache_seq", "_sharing", "_first_id", "_last_id", "message_id", "dedup_key",
-        ),
-    )
     # A delivery's names first, in both branches (the Apama sender gaps' join put them there).
     columns = ["cache", "message_id", *[c for c in placed.columns if c not in (
         "cache", "message_id", "_sender_since", "_resent", "per_source_window", "expiry_us")]]
     return (
         placed.join(shared_numbers, ["cache", "cache_seq"], "left")
-        .select(*columns, violation.alias("duplicate_within_window"), shared.alias("shared_cache_seq"))
+        .select(*columns, F.expr(_DUPLICATE_WITHIN_WINDOW).alias("duplicate_within_window"),
+                F.expr(_SHARED_CACHE_SEQ).alias("shared_cache_seq"))
     )
 
 
