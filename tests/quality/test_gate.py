@@ -78,6 +78,11 @@ def test_correct_batch_passes_and_writes_summary_and_data_docs(spark, engine, wa
     assert {e["suite"] for e in summary["expectations"]} == {
         "lineage", "messages", "key_window", "transactions", "accounting", "id_cache"}
     assert all(e["success"] and e["sample_rows"] == [] for e in summary["expectations"])
+    # a passing table is validated for its counts alone (checks.counted_format), and reports them
+    counted = [e for e in summary["expectations"] if e["expectation"].startswith("expect_column_values")]
+    assert counted and all(isinstance(e["observed"]["element_count"], int)
+                           and e["observed"]["unexpected_count"] == 0 for e in counted)
+    assert outcome(result, "key_window", "duplicate_within_window").observed["element_count"] > 0
     assert summary["data_docs_path"] == f"{warehouse}/quality/data_docs/index.html"
     assert Path(summary["data_docs_path"]).is_file()
     validations = warehouse / "quality" / "validations"

@@ -384,8 +384,8 @@ def key_window(delivered: DataFrame, dropped: DataFrame, parent_id_cache: DataFr
     about a second of the driver's time on the gate's critical path at 1M. ``sender_queues``:
     False when no cache of the batch keeps sender queues (``keeps_sender_queues``): the Apama
     sender gaps are then null, and their joins are not built and planned. ``settle``: applied to
-    the rows of the deliveries of the keys accepted again, findings included, before they join
-    the others: the gate computes those few rows once and hands them back as a local table,
+    the deliveries of the keys accepted again, next to their previous acceptances, before they
+    join the others: the gate computes those few rows once and hands them back as a local table,
     so that the table is a plain scan of the deliveries again (``materialise.Scanned``).
     """
     current = _current_acceptances(delivered, batch_id)
@@ -414,10 +414,9 @@ def key_window(delivered: DataFrame, dropped: DataFrame, parent_id_cache: DataFr
         repeated = _apama_sender_gaps(repeated, delivered, dropped, parent_id_cache, sizes, repeats is not None)
     else:  # no cache keeps sender queues: no gaps, and their joins not planned (0.3-0.8 s of the driver)
         repeated = repeated.select("*", *_no_sender_gaps())
-    repeated = _findings(repeated, sizes, shared_numbers)
     if settle is not None:
         repeated = settle(repeated)
-    return repeated.unionByName(first)
+    return _findings(repeated, sizes, shared_numbers).unionByName(first)
 
 
 def _findings(rows: DataFrame, sizes: DataFrame, shared_numbers: DataFrame) -> DataFrame:
