@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from msgdedup.quality.materialise import (
     CACHE_COMPRESSED, LIMIT_INITIAL_PARTITIONS, SHUFFLE_PARTITIONS, UNCOMPRESSED_HEAP_SHARE_CONF,
-    HASHES_HEAP_SHARE_CONF, UNCOMPRESSED_LINE_BYTES, MaterialisedTables, Scanned, SmallFrames, cache_settings,
-    gate_session, hashes_on_driver,
+    HASHES_HEAP_SHARE_CONF, UNCOMPRESSED_LINE_BYTES, MaterialisedTables, Scanned, SmallFrames, _CollectedHashes,
+    cache_settings, gate_session, hashes_on_driver,
 )
 
 
@@ -65,6 +66,17 @@ def test_small_frames_are_given_the_hashes_that_repeat_found_on_the_driver(spark
         assert without.tally() is None
     finally:
         without.close()
+
+
+def test_the_collected_hashes_are_let_go_once_each_column_is_searched():
+    """Each frame searches its own column of the collected hashes (at once, in its own thread);
+    the table is held until the last column is searched, then freed."""
+    held = _CollectedHashes(pa.table({"a": [1, 1, 2, 2, 3], "b": [4, None, None, 4, 5]}))
+    assert held.repeated("absent") is None
+    assert held.repeated("a").tolist() == [1, 2]
+    assert held._table is not None
+    assert held.repeated("b").tolist() == [4]
+    assert held._table is None
 
 
 def test_hashes_go_to_the_driver_while_they_fit_its_heaps_share(spark):

@@ -16,11 +16,13 @@ and the gate validates each table as soon as it is cached.
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 from pyspark import StorageLevel
@@ -261,24 +263,33 @@ class SmallFrames:
         self._repeats = self._futures.get(HASHES)
         self._futures.update({name: self._pool.submit(self._compute, name, build) for name, build in frames.items()})
 
-    def _repeated_on_driver(self, hashes: Callable[[], DataFrame]) -> dict[str, DataFrame | None]:
+    def _repeated_on_driver(self, hashes: Callable[[], DataFrame]) -> _CollectedHashes:
         self._spark.sparkContext.setJobGroup(f"gx-gate-derive-{HASHES}", "GX gate: compute the exceptions' hashes")
         table = hashes().toArrow()
         if self._tallied in table.column_names:
             counted = table[self._tallied].value_counts().to_pylist()
             self._tally = {c["values"]: c["counts"] for c in counted if c["values"] is not None}
             table = table.drop_columns([self._tallied])
-        found = {name: repeated_values(table[name]) for name in table.column_names}
-        del table
-        driver_memory.release()
-        return {name: None if len(values) > self._limit else values_frame(self._spark, values, HASH_COLUMN)
-                for name, values in found.items()}
+        return _CollectedHashes(table)
 
     def _compute(self, name: str, build: Callable[[DataFrame | None], DataFrame]) -> DataFrame:
         self._spark.sparkContext.setJobGroup(f"gx-gate-derive-{name}", f"GX gate: compute {name}")
-        frame = build(None if self._repeats is None else self._repeats.result().get(name))
+        frame = build(self._repeated(name))
         local, self.rows[name] = local_when_small(frame, self._limit)
         return frame if local is None else F.broadcast(local)
+
+    def _repeated(self, name: str) -> DataFrame | None:
+        """``name``'s repeated hashes as a local table, found on the driver in this frame's own
+        thread, as soon as the hashes are collected (numpy's sort releases the GIL: the frames'
+        sorts run at once, and a frame waits for its own column only, not for all four); None
+        where the hashes were not collected, their table has no column for ``name``, or more than
+        ``limit`` repeat."""
+        if self._repeats is None:
+            return None
+        values = self._repeats.result().repeated(name)
+        if values is None or len(values) > self._limit:
+            return None
+        return values_frame(self._spark, values, HASH_COLUMN)
 
     def tally(self) -> dict[int, int] | None:
         """Rows per value of the ``tallied`` column, once the hashes' pass is done (a value no row
@@ -300,6 +311,34 @@ class SmallFrames:
         """Wait for the threads, cancelling any frame still being computed (nothing is cached)."""
         self.cancel()
         self._pool.shutdown(wait=True)
+
+class _CollectedHashes:
+    """The exceptions' hashes collected to the driver, held until each column has been searched
+    for its repeats, then freed (their tens of MiB at 1M messages given back to the system)."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self._table: pa.Table | None = table
+        self._left = set(table.column_names)
+        self._lock = threading.Lock()
+
+    def repeated(self, name: str) -> np.ndarray | None:
+        """The values ``name``'s column holds more than once (``repeats.repeated_values``); None
+        where there is no such column. Each column is searched once."""
+        with self._lock:
+            table = self._table if name in self._left else None
+        if table is None:
+            return None
+        values = repeated_values(table[name])
+        del table
+        with self._lock:
+            self._left.discard(name)
+            last = not self._left
+            if last:
+                self._table = None
+        if last:
+            driver_memory.release()
+        return values
+
 
 def local_when_small(frame: DataFrame, limit: int = SMALL_ROWS) -> tuple[DataFrame | None, int | None]:
     """``frame`` computed once and handed back as a local table with its row count, when it has at
