@@ -303,8 +303,9 @@ def _sql_string(text: str) -> str:
 
 
 # ``key_window``'s findings, as SQL: the JVM parses each in one call, where the same expressions
-# built from Python Columns took some 900 py4j calls (0.1 s on an idle driver, 0.5-0.8 s beside
-# the gate's other work, on its critical path when keys were accepted again: docs/benchmarks.md).
+# built from Python Columns were some 300 py4j calls (of the 1,018 that built the table at 1M with
+# a hot address), each a round trip to a JVM busy with the gate's other tables, on the gate's
+# critical path (docs/benchmarks.md).
 # Columns: a delivery, its previous acceptance (``prev_*``, null if none), the two's distance
 # (``seq_gap``, ``time_gap_us``), its cache's window (``cache_sizes``), the Apama sender gaps.
 _SAME_POLICY = "(prev_in_batch OR prev_policy = policy)"
@@ -395,8 +396,9 @@ def key_window(delivered: DataFrame, dropped: DataFrame, parent_id_cache: DataFr
         shared_numbers = shared_cache_seqs(delivered)
     # Each branch is checked apart, then the two are united: in the first acceptances' branch the
     # previous acceptance is null, so Spark folds the window finding to null there, and a query of
-    # the table reads those deliveries' keys only (a finding's message names most of a delivery's
-    # columns: read for every delivery, they made GX's query of the table 2-3 times as long).
+    # the table reads those deliveries' keys only. A finding's message names most of a delivery's
+    # columns: read for every delivery, they made GX's count of the findings at 1M with a hot
+    # address 0.7 s, against 0.24 s without keys accepted again (docs/benchmarks.md).
     first = _findings(
         (current if repeats == 0 else current.join(again, _key_hash() == again["_hash"], "left_anti"))
         .select("*", *[F.lit(None).cast(kind).alias(name) for name, kind in _PREVIOUS.values()], *_no_sender_gaps()),
