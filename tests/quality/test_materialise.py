@@ -70,8 +70,9 @@ def test_small_frames_are_given_the_hashes_that_repeat_found_on_the_driver(spark
 
 def test_the_collected_hashes_are_let_go_once_each_column_is_searched():
     """Each frame searches its own column of the collected hashes (at once, in its own thread);
-    the table is held until the last column is searched, then freed."""
-    held = _CollectedHashes(pa.table({"a": [1, 1, 2, 2, 3], "b": [4, None, None, 4, 5]}))
+    the table is held until the last column a frame asks for is searched, then freed."""
+    held = _CollectedHashes(pa.table({"a": [1, 1, 2, 2, 3], "b": [4, None, None, 4, 5], "c": [6, 6, 7, 8, 9]}),
+                            names=("a", "b", "absent"))  # no frame asks for c
     assert held.repeated("absent") is None
     assert held.repeated("a").tolist() == [1, 2]
     assert held._table is not None

@@ -20,7 +20,7 @@ import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -255,6 +255,7 @@ class SmallFrames:
         self._limit = limit
         self._tallied = tallied
         self._tally: dict[int, int] = {}
+        self._frames = tuple(frames)
         self.rows: dict[str, int | None] = {}
         self._pool = ThreadPoolExecutor(max_workers=len(frames) + 1, thread_name_prefix="gx-gate-small")
         self._futures: dict[str, Future] = {}
@@ -270,7 +271,7 @@ class SmallFrames:
             counted = table[self._tallied].value_counts().to_pylist()
             self._tally = {c["values"]: c["counts"] for c in counted if c["values"] is not None}
             table = table.drop_columns([self._tallied])
-        return _CollectedHashes(table)
+        return _CollectedHashes(table, self._frames)
 
     def _compute(self, name: str, build: Callable[[DataFrame | None], DataFrame]) -> DataFrame:
         self._spark.sparkContext.setJobGroup(f"gx-gate-derive-{name}", f"GX gate: compute {name}")
@@ -312,13 +313,15 @@ class SmallFrames:
         self.cancel()
         self._pool.shutdown(wait=True)
 
-class _CollectedHashes:
-    """The exceptions' hashes collected to the driver, held until each column has been searched
-    for its repeats, then freed (their tens of MiB at 1M messages given back to the system)."""
 
-    def __init__(self, table: pa.Table) -> None:
+class _CollectedHashes:
+    """The exceptions' hashes collected to the driver, held until each column a frame asks for
+    (``names``) has been searched for its repeats, then freed (their tens of MiB at 1M messages
+    given back to the system)."""
+
+    def __init__(self, table: pa.Table, names: Iterable[str]) -> None:
         self._table: pa.Table | None = table
-        self._left = set(table.column_names)
+        self._left = set(table.column_names) & set(names)
         self._lock = threading.Lock()
 
     def repeated(self, name: str) -> np.ndarray | None:
