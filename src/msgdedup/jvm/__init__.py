@@ -19,6 +19,8 @@ from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType
 
+from msgdedup.sql_text import sql_string
+
 JAR = Path(__file__).with_name("msgdedup-jvm.jar")
 
 ENVELOPE_FIELDS = "msgdedup_envelope_fields"
@@ -49,7 +51,6 @@ def _register(spark: SparkSession) -> None:
         raise JarMissing(f"{JAR} is missing: build it with `make setup` (scripts/build_jvm.sh)")
     added = [row[0] for row in spark.sql("LIST JARS").collect()]
     if not any(url.endswith(f"/{JAR.name}") for url in added):
-        quoted = str(JAR).replace("\\", "\\\\").replace("'", "\\'")
-        spark.sql(f"ADD JAR '{quoted}'")
+        spark.sql(f"ADD JAR {sql_string(str(JAR))}")
     spark.udf.registerJavaFunction(ENVELOPE_FIELDS, _ENVELOPE_FIELDS_CLASS,
                                    DataType.fromDDL(ENVELOPE_FIELDS_TYPE))

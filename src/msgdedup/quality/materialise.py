@@ -326,7 +326,8 @@ class _CollectedHashes:
 
     def repeated(self, name: str) -> np.ndarray | None:
         """The values ``name``'s column holds more than once (``repeats.repeated_values``); None
-        where there is no such column. Each column is searched once."""
+        where no frame asks for such a column or it was searched already (each column is searched
+        once)."""
         with self._lock:
             table = self._table if name in self._left else None
         if table is None:

@@ -27,6 +27,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from msgdedup.local_frames import local_frame
+from msgdedup.sql_text import sql_string
 
 DUPLICATE = "duplicate"
 TRANSACTION_REJECTED = "transaction_rejected"
@@ -297,11 +298,6 @@ def shared_cache_seqs(delivered: DataFrame, counts: DataFrame | None = None) -> 
     return counts.join(ids, ["cache", "cache_seq"])
 
 
-def _sql_string(text: str) -> str:
-    """``text`` as a Spark SQL string literal."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 # ``key_window``'s findings, as SQL: the JVM parses each in one call, where the same expressions
 # built from Python Columns were some 300 py4j calls (of the 1,018 that built the table at 1M with
 # a hot address), each a round trip to a JVM busy with the gate's other tables, on the gate's
@@ -311,25 +307,25 @@ def _sql_string(text: str) -> str:
 _SAME_POLICY = "(prev_in_batch OR prev_policy = policy)"
 _DUPLICATE_WITHIN_WINDOW = f"""CASE
   WHEN policy = 'count' AND {_SAME_POLICY} AND seq_gap <= id_cache_size
-  THEN format_string({_sql_string(
+  THEN format_string({sql_string(
       "%s key %s: %s (cache_seq %d) delivered again %d accepted keys after %s (cache_seq %d, batch %s); "
       "the cache holds %d")},
     cache, dedup_key, message_id, cache_seq, seq_gap, prev_message_id, prev_cache_seq, prev_batch_id, id_cache_size)
   WHEN policy = 'time' AND {_SAME_POLICY} AND (id_cache_size IS NULL OR seq_gap <= id_cache_size)
        AND time_gap_us <= duplicate_window_us
-  THEN format_string({_sql_string(
+  THEN format_string({sql_string(
       "%s key %s: %s delivered again %.6f s and %d accepted keys after %s (batch %s); "
       "the duplicate_window is %.6f s")},
     cache, dedup_key, message_id, time_gap_us / 1e6, seq_gap, prev_message_id, prev_batch_id,
     duplicate_window_us / 1e6)
   WHEN policy = 'apama' AND {_SAME_POLICY} AND _sender_since < per_source_window AND NOT _resent
-  THEN format_string({_sql_string(
+  THEN format_string({sql_string(
       "%s key %s: %s delivered again while sender %s's queue still held it: the sender had "
       "%d keys accepted since %s (batch %s), its per_source_window is %d")},
     cache, dedup_key, message_id, coalesce(prev_source_id, '(no source)'), _sender_since, prev_message_id,
     prev_batch_id, per_source_window)
   WHEN policy = 'apama' AND {_SAME_POLICY} AND expiry_us > 0 AND time_gap_us <= expiry_us
-  THEN format_string({_sql_string(
+  THEN format_string({sql_string(
       "%s key %s: %s delivered again %.6f s after %s (batch %s), inside the shared queue's "
       "expiry_seconds of %d")},
     cache, dedup_key, message_id, time_gap_us / 1e6, prev_message_id, prev_batch_id,
@@ -338,7 +334,7 @@ END"""
 # cache_seq numbers a cache's acceptances: two deliveries sharing one in this batch
 # means one acceptance was counted twice (and the window arithmetic above is off).
 _SHARED_CACHE_SEQ = f"""CASE WHEN _sharing IS NOT NULL
-  THEN format_string({_sql_string(
+  THEN format_string({sql_string(
       "%s cache_seq %d is used by %d deliveries (message_id %s to %s); this one: %s, key %s")},
     cache, cache_seq, _sharing, _first_id, _last_id, message_id, dedup_key)
 END"""
