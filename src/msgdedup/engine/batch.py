@@ -43,6 +43,7 @@ from msgdedup.engine.warehouse import CommitConflict, Transaction, Warehouse, fa
 from msgdedup.layout import LEFT_KEYS, OUTPUTS, BatchIdError, validate_batch_id
 from msgdedup.local_frames import local_frame
 from msgdedup.repeats import repeated_values, values_frame
+from msgdedup.sql_text import is_in
 from msgdedup.timing import StepTimer
 
 PROG = "dedup_batch"
@@ -228,8 +229,8 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     snapshot = functools.cache(functools.partial(_parent_snapshot, spark, warehouse, txn.parent, windows))
     parent = _Parent(
         found=txn.parent is not None,
-        counted=lambda: None if snapshot() is None else snapshot().filter(~F.col("cache").isin(apama or [""])),
-        apama=lambda: snapshot().filter(F.col("cache").isin(apama)) if apama and snapshot() is not None else None,
+        counted=lambda: None if snapshot() is None else snapshot().filter(~is_in("cache", apama or [""])),
+        apama=lambda: snapshot().filter(is_in("cache", apama)) if apama and snapshot() is not None else None,
         left=_parent_left_keys(spark, warehouse, txn.parent, windows) if settings.audit_horizon else None,
         on_driver=_parent_snapshot_on_driver(spark, warehouse, txn.parent, parent_manifest, windows)
         if on_driver else None)
@@ -853,7 +854,7 @@ def _decide_on_driver(spark: SparkSession, key_rows: pa.Table, parent: _Parent, 
 
     # Each frame is made when a step reads it (_MadeWhenRead): none where the driver makes the outputs too
     def met() -> DataFrame | None:
-        return None if kernel_entries is None else made(kernel_entries).filter(~F.col("cache").isin(apama or [""]))
+        return None if kernel_entries is None else made(kernel_entries).filter(~is_in("cache", apama or [""]))
 
     def left_met() -> DataFrame | None:
         return None if parent.left is None else transforms.entries_met(parent.left, batch_keys())
@@ -890,7 +891,7 @@ def _carried(entries: DataFrame, windows: dict[str, cache_windows.CacheWindow]) 
     named by those, so the usual batch has no filter. (A filter naming the carried caches cost a
     py4j call per cache: 0.25 s of a warm 20K batch with 400 caches, docs/benchmarks.md.)"""
     changed = _changed(windows)
-    return entries.filter(~F.col("cache").isin(changed)) if changed else entries
+    return entries.filter(~is_in("cache", changed)) if changed else entries
 
 
 def _parent_snapshot_on_driver(spark: SparkSession, warehouse: Warehouse, parent: str | None,
@@ -955,7 +956,7 @@ def _acceptances(spark: SparkSession, delivered: DataFrame | pa.Table, path: str
     written = spark.read.schema(delivered.schema).parquet(path)
     if not apama:
         return transforms.delivered_acceptances(written, batch_id)
-    return (transforms.delivered_acceptances(written.filter(~F.col("cache").isin(apama)), batch_id)
+    return (transforms.delivered_acceptances(written.filter(~is_in("cache", apama)), batch_id)
             .unionByName(unit_ranks.queued_acceptances(written, apama, driver.quiet_hashes, driver.kernel_seqs,
                                                        batch_id)))
 

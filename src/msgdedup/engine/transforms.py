@@ -30,6 +30,7 @@ from msgdedup.engine import kernel
 from msgdedup.engine.kernel import SENDER_QUEUE
 from msgdedup.engine.windows import CacheWindow
 from msgdedup.engine.parsing import LINE_BITS, LINE_MASK
+from msgdedup.sql_text import is_in
 
 MESSAGE_COLUMNS = [
     "message_id", "address", "received_at", "properties", "txn_id", "source_id", "seq", "body",
@@ -153,7 +154,7 @@ def mark_repeated(messages: DataFrame, repeated: DataFrame, sequential: list[str
     their messages, the contested ones to decide, the others to keep the queues (kernel.py); and
     ``quiet``: its (cache, source_id) is one of ``quiet`` (``quiet_senders``), whose queue
     cannot overflow in this batch, so its uncontested messages need not reach the kernel."""
-    in_sequential = F.coalesce(F.col("cache").isin(sequential) if sequential else F.lit(False), F.lit(False))
+    in_sequential = F.coalesce(is_in("cache", sequential) if sequential else F.lit(False), F.lit(False))
     marked = (messages.join(repeated.withColumn("repeated", F.lit(True)), ["cache", "dedup_key"], "left")
               .withColumn("repeated", F.coalesce("repeated", F.lit(False)))
               .withColumn("sequential", in_sequential))

@@ -44,6 +44,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from msgdedup.engine import kernel, line_lookup, transforms
 from msgdedup.engine.windows import CacheWindow
 from msgdedup.repeats import repeated_values
+from msgdedup.sql_text import is_in
 
 # What the driver collects of every valid message (``columns``).
 COLLECTED = ["row_id", "id_hash", "key_hash", "cache_hash", "address_hash", "received_us", "txn_id"]
@@ -103,7 +104,7 @@ def columns(sequential: list[str]) -> list[Column]:
                  cache_hash().alias("cache_hash"), address_hash().alias("address_hash"), F.col("received_us"),
                  F.col("txn_id")]
     if sequential:
-        collected.append(F.when(F.col("cache").isin(sequential), sender_hash()).alias(SENDER))
+        collected.append(F.when(is_in("cache", sequential), sender_hash()).alias(SENDER))
     return collected
 
 
@@ -292,7 +293,7 @@ def queued_acceptances(delivered: DataFrame, sequential: list[str], quiet_hashes
     broadcast. Made from the verdicts, the snapshot planned them again over every unit for these
     alone (docs/benchmarks.md)."""
     quiet = quiet_hashes.select(F.col(SENDER).alias("_quiet"))
-    return (delivered.filter(F.col("cache_seq").isNotNull() & F.col("cache").isin(sequential))
+    return (delivered.filter(F.col("cache_seq").isNotNull() & is_in("cache", sequential))
             .join(quiet, sender_hash() == F.col("_quiet"), "left_semi")
             .join(kernel_seqs, ["cache", "cache_seq"], "left_anti")
             .select("cache", "dedup_key", "cache_seq", "message_id", "address",
@@ -322,7 +323,7 @@ def units(messages: DataFrame, ranks: DataFrame, sequential: list[str]) -> DataF
     rows: broadcast), and ``sequential``: its cache is one of ``sequential`` (Apama caches)."""
     line = line_lookup.in_block(F.col("row_id"))
     at = lambda column: F.element_at(F.col(column), line)  # noqa: E731
-    in_sequential = F.coalesce(F.col("cache").isin(sequential), F.lit(False)) if sequential else F.lit(False)
+    in_sequential = F.coalesce(is_in("cache", sequential), F.lit(False)) if sequential else F.lit(False)
     return (messages
             .join(F.broadcast(ranks.withColumnRenamed("block", "_block")),
                   line_lookup.block_of(F.col("row_id")) == F.col("_block"))
