@@ -1,4 +1,7 @@
-"""Python values written into Spark SQL text (``spark.sql``, ``F.expr``), quoted once here."""
+"""Python values written into Spark SQL text (``spark.sql``, ``F.expr``), quoted once here.
+
+SQL text is also the cheap way to give Spark many literals: a column expression made in Python
+costs a py4j call per literal, a text is sent whole and parsed in the JVM (``is_in``)."""
 
 from __future__ import annotations
 
