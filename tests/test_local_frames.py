@@ -3,7 +3,10 @@
 import time
 from datetime import datetime
 
-from msgdedup.local_frames import local_frame
+import pyarrow as pa
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from msgdedup.local_frames import LOCAL_RELATION_THRESHOLD, batches_frame, local_frame
 
 
 def _plan(frame) -> str:
@@ -42,3 +45,17 @@ def test_a_collected_timestamp_is_the_same_instant_in_any_local_time_zone(spark,
     finally:
         monkeypatch.undo()
         time.tzset()
+
+
+def test_a_batches_frame_holds_the_table_and_is_not_a_local_relation(spark):
+    """The arrays by block the driver hands Spark: a scan of Arrow batches, however small the table,
+    with the same rows (lists, nulls), and the session's threshold as it was."""
+    table = pa.table({"block": pa.array([0, 1], pa.int64()),
+                      "unit_us": pa.array([[5, None, 7], []], pa.list_(pa.int64())),
+                      "quiet": pa.array([[True], None], pa.list_(pa.bool_()))})
+    before = spark.conf.get(LOCAL_RELATION_THRESHOLD)
+    frame = batches_frame(spark, table, from_arrow_schema(table.schema))
+    assert spark.conf.get(LOCAL_RELATION_THRESHOLD) == before
+    assert _plan(frame) != "LocalRelation"
+    assert frame.toArrow().to_pylist() == table.to_pylist()
+    assert _plan(spark.createDataFrame(table, from_arrow_schema(table.schema))) == "LocalRelation"

@@ -41,7 +41,7 @@ from msgdedup.engine.reading import InputError, list_input_files, plain_json_lin
 from msgdedup.engine.lease import WarehouseBusy
 from msgdedup.engine.warehouse import CommitConflict, Transaction, Warehouse, failpoint
 from msgdedup.layout import LEFT_KEYS, OUTPUTS, BatchIdError, validate_batch_id
-from msgdedup.local_frames import local_frame
+from msgdedup.local_frames import batches_frame, local_frame
 from msgdedup.repeats import repeated_values, values_frame
 from msgdedup.sql_text import is_in
 from msgdedup.timing import StepTimer
@@ -610,22 +610,32 @@ def _decide_in_spark(spark: SparkSession, keys: DataFrame, parent: _Parent, wind
     marked = transforms.mark_repeated(messages, _broadcast_if_small(contested_keys, contested_keys.count()), apama,
                                       quiet)
     units = _kept(transforms.rank_in_caches(transforms.assign_units(marked)), kept)
-    verdicts, decisions, _ = _verdicts(spark, units, kernel_entries, copies, windows, batch_id, kept)
+    verdicts, decisions, held = _verdicts(spark, units, kernel_entries, copies, windows, batch_id, kept)
     verdicts = _kept(verdicts(), kept)  # the tally, the outputs and the snapshot read them
     tally = _Tally(transforms.verdict_counts(verdicts).collect())
     return _Decided(verdicts, copies, repeated_keys, entries_met, left_met,
-                    *_queues(spark, decisions, apama, resting), tally)
+                    *_queues(spark, decisions, apama, resting, held), tally)
 
 
-def _queues(spark: SparkSession, decisions: DataFrame, apama: list[str], resting: DataFrame | None
-            ) -> tuple[DataFrame, dict]:
+def _queues(spark: SparkSession, decisions: DataFrame, apama: list[str], resting: DataFrame | None,
+            held: _KernelOnDriver | None) -> tuple[DataFrame, dict]:
     """The Apama caches' queues after the batch (SNAPSHOT_COLUMNS): the kernel's entries
-    (``decisions``) and the parent's ``resting`` ones; and their time, collected (a job, only
-    where the batch has such caches)."""
+    (``decisions``) and the parent's ``resting`` ones; and their time. Where the kernel ran on the
+    driver (``held``), both are read from its output there: the entries become a local relation,
+    whose exact size the snapshot's plan is chosen by (``_verdicts``). Else the time is collected
+    (a job, only where the batch has such caches)."""
     if not apama:
         return local_frame(spark, [], transforms.SNAPSHOT_SCHEMA), {}
-    clocks = {r["cache"]: r["received_at_us"] for r in transforms.kernel_rows(decisions, kernel.CLOCK).collect()}
-    entries = transforms.kernel_rows(decisions, kernel.ENTRY).select(*transforms.SNAPSHOT_COLUMNS)
+    if held is not None:
+        kinds = held.decisions["kind"]
+        at = held.decisions.filter(pc.equal(kinds, kernel.CLOCK)).select(["cache", "received_at_us"]).to_pylist()
+        clocks = {r["cache"]: r["received_at_us"] for r in at}
+        entries = spark.createDataFrame(
+            held.decisions.filter(pc.equal(kinds, kernel.ENTRY)).select(transforms.SNAPSHOT_COLUMNS),
+            transforms.SNAPSHOT_SCHEMA)
+    else:
+        clocks = {r["cache"]: r["received_at_us"] for r in transforms.kernel_rows(decisions, kernel.CLOCK).collect()}
+        entries = transforms.kernel_rows(decisions, kernel.ENTRY).select(*transforms.SNAPSHOT_COLUMNS)
     return (entries if resting is None else _union(entries, resting)), clocks
 
 
@@ -655,7 +665,8 @@ def _verdicts(spark: SparkSession, units: DataFrame, kernel_entries: DataFrame |
     if kernel_on_driver(spark, stream_rows):
         ordered = transforms.in_unit_order_on_driver(stream.toArrow())
         held = _KernelOnDriver(ordered, kernel.decide_table(ordered.to_batches(), windows, batch_id))
-        decisions = spark.createDataFrame(held.decisions, transforms.OUTPUT_SPARK_SCHEMA)
+        # broadcast to every unit as Arrow batches (local_frames.batches_frame: 7-11 MiB at 1M)
+        decisions = batches_frame(spark, held.decisions, transforms.OUTPUT_SPARK_SCHEMA)
     else:
         decisions = _kept(transforms.decide(stream, windows, batch_id), kept)
     @functools.cache
@@ -718,7 +729,7 @@ def _ranks(spark: SparkSession, rows: pa.Table, parent: _Parent, windows: dict, 
     if found is None:
         return None
     # the ranks by line, in the JVM at once (the driver keeps each message's for its verdicts only)
-    by_line, ranks = spark.createDataFrame(found[0], unit_ranks.RANKS_SPARK_SCHEMA), found[1]
+    by_line, ranks = batches_frame(spark, found[0], unit_ranks.RANKS_SPARK_SCHEMA), found[1]
     del found
     # the kernel's stream (transforms.decision_stream): the contested messages, the entries met and
     # Apama's passive messages (uncontested, of a sender that is not quiet); the parent's queue
@@ -776,14 +787,14 @@ def _decide_ranked(spark: SparkSession, messages: DataFrame, ranked: _Ranked, wi
                                        by_line)
         tally = _Tally(found.tally)
         driver = _DriverVerdicts(
-            None if found.lookup is None else spark.createDataFrame(found.lookup, line_lookup.LOOKUP_SPARK_SCHEMA),
+            None if found.lookup is None else batches_frame(spark, found.lookup, line_lookup.LOOKUP_SPARK_SCHEMA),
             spark.createDataFrame(found.dropped, driver_verdicts.DROPPED_SPARK_SCHEMA),
             *((ranked.quiet_senders, _kernel_seqs(spark, held.decisions)) if apama else ()))
         del found
     else:  # the tally, the outputs and the snapshot read them
         verdicts = _kept(verdicts(), kept)
         tally = _Tally(transforms.verdict_counts(verdicts).collect())
-    queues = _queues(spark, decisions, apama, ranked.resting)
+    queues = _queues(spark, decisions, apama, ranked.resting, held)
     if not audited:
         return _Decided(verdicts, copies, None, None, None, *queues, tally, driver=driver)
     stream = None if held is None else held.stream
@@ -967,7 +978,7 @@ def _lookup(spark: SparkSession, verdicts: DataFrame, starts: DataFrame, instant
     chosen = line_lookup.numbered_in_batch(transforms.verdicts_for(verdicts, kernel.DELIVERED, keys=True),
                                            starts, instants)
     table = line_lookup.by_line(chosen.toArrow())
-    lookup = None if table is None else spark.createDataFrame(table, line_lookup.LOOKUP_SPARK_SCHEMA)
+    lookup = None if table is None else batches_frame(spark, table, line_lookup.LOOKUP_SPARK_SCHEMA)
     del table  # the JVM has the arrays now; the driver keeps neither them nor the verdicts for the writes
     driver_memory.release()
     return lookup
