@@ -38,17 +38,18 @@ LOCAL_RELATION_THRESHOLD = "spark.sql.execution.arrow.localRelationThreshold"
 def batches_frame(spark: SparkSession, table: pa.Table, schema: StructType) -> DataFrame:
     """``table`` as a frame whose tasks read its Arrow batches, however small it is: for the
     driver's large tables that a query broadcasts, the arrays by block of lines (line_lookup.py,
-    unit_ranks.py; 4-25 MiB at 1M messages).
+    unit_ranks.py) and the kernel's decisions (4-25 MiB each at 1M messages).
 
     Spark keeps a table under its threshold as a local relation: rows in the driver's heap,
     copied by the optimizer, and a broadcast of it runs a job whose tasks get those rows Java-
     serialized one by one and send them back, several copies of the table at once, in objects
     large enough that G1 grows the heap for them (docs/benchmarks.md: a 1M batch's peak). As
-    Arrow batches, a task carries each batch as one array and makes its rows itself. Not every
-    table: a local relation's exact size is what the planner chooses joins by (the kernel's
-    decisions made that way slowed an Apama batch's writes by 4-5 s). pyspark takes no argument
-    for it, so the session's threshold is lowered for this one call; the engine makes its frames
-    from one thread."""
+    Arrow batches, a task carries each batch as one array and makes its rows itself. Not for
+    every table: a local relation's exact size is what the planner chooses joins by, and an
+    Apama batch's snapshot planned over queue entries taken from such a frame ran 246 tasks in
+    7 s instead of 4 in 2 s (so batch._queues makes those a local relation of their own).
+    pyspark takes no argument for it, so the session's threshold is lowered for this one call;
+    the engine makes its frames from one thread."""
     before = spark.conf.get(LOCAL_RELATION_THRESHOLD)
     spark.conf.set(LOCAL_RELATION_THRESHOLD, "0")
     try:
