@@ -628,14 +628,14 @@ def _queues(spark: SparkSession, decisions: DataFrame, apama: list[str], resting
         return local_frame(spark, [], transforms.SNAPSHOT_SCHEMA), {}
     if held is not None:
         kinds = held.decisions["kind"]
-        at = held.decisions.filter(pc.equal(kinds, kernel.CLOCK)).select(["cache", "received_at_us"]).to_pylist()
-        clocks = {r["cache"]: r["received_at_us"] for r in at}
+        times = held.decisions.filter(pc.equal(kinds, kernel.CLOCK)).select(["cache", "received_at_us"]).to_pylist()
         entries = spark.createDataFrame(
             held.decisions.filter(pc.equal(kinds, kernel.ENTRY)).select(transforms.SNAPSHOT_COLUMNS),
             transforms.SNAPSHOT_SCHEMA)
     else:
-        clocks = {r["cache"]: r["received_at_us"] for r in transforms.kernel_rows(decisions, kernel.CLOCK).collect()}
+        times = transforms.kernel_rows(decisions, kernel.CLOCK).collect()
         entries = transforms.kernel_rows(decisions, kernel.ENTRY).select(*transforms.SNAPSHOT_COLUMNS)
+    clocks = {r["cache"]: r["received_at_us"] for r in times}
     return (entries if resting is None else _union(entries, resting)), clocks
 
 
