@@ -423,11 +423,9 @@ def _find_keys(parsed: DataFrame, kept: list[DataFrame], senders: bool) -> _Keys
     that computes and keeps them (with their senders' hashes where ``senders``: an Apama entry)."""
     keys = _kept(parsing.with_own_cache_keys(parsed).select(*parsing.census_columns(parsed), *transforms.KEY_COLUMNS),
                  kept)
-    census = Observation("census of the parsed lines")
-    rows = (keys.observe(census, *parsing.census_of_keys()).filter("valid")
-            .select(*unit_ranks.census_columns(senders)).toArrow())
-    return _KeysFound(keys.filter("valid").select(*transforms.KEY_COLUMNS), rows,
-                      parsing.census_observed(census.get))
+    *census, rows = parsing.census_of_keys(
+        keys.select(*parsing.CENSUS_COLUMNS, *unit_ranks.census_columns(senders)).toArrow())
+    return _KeysFound(keys.filter("valid").select(*transforms.KEY_COLUMNS), rows, tuple(census))
 
 
 def _census_with_keys(spark: SparkSession, lines: int, settings: AddressSettings) -> bool:

@@ -233,32 +233,29 @@ def _with_keys(messages: DataFrame, domain: Column, checked: Column) -> DataFram
     )
 
 
+# What ``census_of_keys`` reads of every line, besides the key columns it passes on.
+CENSUS_COLUMNS = ["slow", "valid", "address_seen", "bridge"]
+
+
 def census_columns(parsed: DataFrame) -> list[Column]:
-    """What ``census_of_keys`` reads of each of ``with_own_cache_keys(parsed)``'s rows (``parsed``:
-    fast_parse's, or slow_parse's, which leaves no line to Python): whether the line is left to
-    Python (``slow``), whether it is a valid message (``valid``), its address (``address_seen``)
-    and whether its key is a bridge's (``bridge``)."""
+    """``CENSUS_COLUMNS`` of ``with_own_cache_keys(parsed)``'s rows (``parsed``: fast_parse's, or
+    slow_parse's, which leaves no line to Python): whether the line is left to Python, whether it
+    is a valid message, its address and whether its key is a bridge's."""
     slow = F.col("slow") if "slow" in parsed.columns else F.lit(False)
     return [slow.alias("slow"), (~slow & F.col("error").isNull()).alias("valid"),
             F.col("address").alias("address_seen"), _key_properties()[0].isNotNull().alias("bridge")]
 
 
-def census_of_keys() -> list[Column]:
-    """``census`` of ``census_columns``' rows with their keys (``with_own_cache_keys``), as the
-    metrics the pass that collects the valid messages' key columns observes (batch._find_keys):
-    the lines, the slow ones, the valid messages' addresses and their keyed (address, bridge)
-    pairs. Observed rather than collected with every line's row: the addresses are a quarter of
-    such a row's bytes, and the driver's copies of a collected table are what grows its heap
-    (docs/benchmarks.md)."""
-    valid = F.col("valid")
-    keyed = F.when(valid & F.col("cache").isNotNull(),
-                   F.struct(F.col("address_seen").alias("address"), F.col("bridge")))
-    return [F.count(F.lit(1)).alias("lines"), F.count_if("slow").alias("slow"),
-            F.collect_set(F.when(valid, F.col("address_seen"))).alias("addresses"),
-            F.collect_set(keyed).alias("keyed")]
-
-
-def census_observed(metrics: dict) -> tuple[int, int, set[str], set[tuple[str, bool]]]:
-    """(lines, slow, addresses, keyed) of ``census_of_keys``' observed ``metrics``."""
-    return (metrics["lines"], metrics["slow"], set(metrics["addresses"]),
-            {(pair["address"], pair["bridge"]) for pair in metrics["keyed"]})
+def census_of_keys(rows: pa.Table) -> tuple[int, int, set[str], set[tuple[str, bool]], pa.Table]:
+    """``census`` from rows the driver collected of every line (``CENSUS_COLUMNS`` and
+    ``key_hash``, null for a message without a key, of ``with_own_cache_keys`` over fast_parse's
+    or slow_parse's rows): (lines, slow, addresses, keyed, the valid messages' rows without
+    ``CENSUS_COLUMNS``)."""
+    valid = rows["valid"]
+    keys = pc.and_(valid, rows["key_hash"].is_valid())
+    pairs = pa.table({"address": rows["address_seen"].filter(keys), "bridge": rows["bridge"].filter(keys)})
+    keyed = {(r["address"], r["bridge"]) for r in pairs.group_by(["address", "bridge"]).aggregate([]).to_pylist()}
+    addresses = set(pc.unique(rows["address_seen"].filter(valid)).to_pylist())
+    slow = pc.sum(rows["slow"].cast(pa.int64())).as_py() or 0
+    messages = rows if pc.all(valid).as_py() else rows.filter(valid)  # nearly always all of them
+    return rows.num_rows, slow, addresses, keyed, messages.drop_columns(CENSUS_COLUMNS)
