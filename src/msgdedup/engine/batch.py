@@ -627,15 +627,12 @@ def _queues(spark: SparkSession, decisions: DataFrame, apama: list[str], resting
     if not apama:
         return local_frame(spark, [], transforms.SNAPSHOT_SCHEMA), {}
     if held is not None:
-        kinds = held.decisions["kind"]
-        times = held.decisions.filter(pc.equal(kinds, kernel.CLOCK)).select(["cache", "received_at_us"]).to_pylist()
-        entries = spark.createDataFrame(
-            held.decisions.filter(pc.equal(kinds, kernel.ENTRY)).select(transforms.SNAPSHOT_COLUMNS),
-            transforms.SNAPSHOT_SCHEMA)
+        clocks = kernel.clocks_of(held.decisions)
+        queued = kernel.rows_of(held.decisions, kernel.ENTRY).select(transforms.SNAPSHOT_COLUMNS)
+        entries = spark.createDataFrame(queued, transforms.SNAPSHOT_SCHEMA)
     else:
-        times = transforms.kernel_rows(decisions, kernel.CLOCK).collect()
+        clocks = {r["cache"]: r["received_at_us"] for r in transforms.kernel_rows(decisions, kernel.CLOCK).collect()}
         entries = transforms.kernel_rows(decisions, kernel.ENTRY).select(*transforms.SNAPSHOT_COLUMNS)
-    clocks = {r["cache"]: r["received_at_us"] for r in times}
     return (entries if resting is None else _union(entries, resting)), clocks
 
 
@@ -746,8 +743,8 @@ def _kernel_seqs(spark: SparkSession, decisions: pa.Table) -> DataFrame:
     """The kernel's acceptances (its ``decisions``, kernel.OUTPUT_SCHEMA) by cache and cache_seq, a
     small frame: what tells the contested messages among the delivered ones
     (unit_ranks.queued_acceptances)."""
-    accepted = decisions.filter(pc.and_(pc.equal(decisions["kind"], kernel.VERDICT),
-                                        decisions["cache_seq"].is_valid()))
+    verdicts = kernel.rows_of(decisions, kernel.VERDICT)
+    accepted = verdicts.filter(verdicts["cache_seq"].is_valid())
     seqs = accepted.select(["cache", "cache_seq"])
     return _broadcast_if_small(spark.createDataFrame(seqs, "cache string, cache_seq long"), len(seqs))
 

@@ -81,16 +81,13 @@ def decide(keys: pa.Table, entries: pa.Table | None, windows: Mapping[str, Cache
     ordered = _in_unit_order(messages)
     stream = _stream(ordered, entries)
     out = kernel.decide_table(stream, windows, batch_id)
-    by_kind = {kind: out.filter(pc.equal(out["kind"], kind))
-               for kind in (kernel.VERDICT, kernel.ENTRY, kernel.CLOCK)}
-    verdicts = _verdicts(ordered, copies, by_kind[kernel.VERDICT], windows)
-    clocks = by_kind[kernel.CLOCK].to_pydict()
+    verdicts = _verdicts(ordered, copies, kernel.rows_of(out, kernel.VERDICT), windows)
     return Decision(
         verdicts=verdicts,
         copies=pa.table({"row_id": [r for r, _ in copies], "error": [e for _, e in copies]}, schema=COPY_SCHEMA),
         repeated_keys=_repeated_keys(messages, entries, windows),
-        apama_entries=by_kind[kernel.ENTRY],
-        apama_clocks=dict(zip(clocks["cache"], clocks["received_at_us"], strict=True)),
+        apama_entries=kernel.rows_of(out, kernel.ENTRY),
+        apama_clocks=kernel.clocks_of(out),
         tally=_tally(verdicts),
     )
 

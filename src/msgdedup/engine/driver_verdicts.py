@@ -65,7 +65,7 @@ def decide(ranks: Ranks, decided: pa.Table, windows: Mapping[str, CacheWindow], 
     whole-batch temporaries of 8 bytes a message were 85 MiB more at 1M, at the time of a batch's
     peak memory (docs/benchmarks.md)."""
     names = [caches[h] for h in sorted(caches)]
-    verdicts = _KernelVerdicts(decided.filter(pc.equal(decided["kind"], kernel.VERDICT)), names, windows)
+    verdicts = _KernelVerdicts(kernel.rows_of(decided, kernel.VERDICT), names, windows)
     cache_hashes = np.array(sorted(caches), np.int64)
     timed = np.array([windows[name].timed for name in names] + [False])
     clock_us = np.array([_NO_CLOCK if windows[name].clock_us is None else windows[name].clock_us

@@ -45,6 +45,7 @@ from operator import attrgetter
 from typing import Iterable, Iterator, Mapping
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from msgdedup.config import APAMA, TIME
 from msgdedup.engine.windows import CacheWindow
@@ -400,3 +401,15 @@ def decide(batches: Iterable[pa.RecordBatch], windows: Mapping[str, CacheWindow]
 def decide_table(stream: Iterable[pa.RecordBatch], windows: Mapping[str, CacheWindow], batch_id: str) -> pa.Table:
     """``decide`` on the driver: the whole sorted stream in, its output as one table."""
     return pa.Table.from_batches(list(decide(stream, windows, batch_id)), schema=OUTPUT_SCHEMA)
+
+
+def rows_of(output: pa.Table, kind: str) -> pa.Table:
+    """The rows of one ``kind`` (VERDICT, ENTRY, CLOCK) of the kernel's ``output`` that the driver
+    holds (``decide_table``'s; transforms.kernel_rows does the same for a Spark frame of it)."""
+    return output.filter(pc.equal(output["kind"], kind))
+
+
+def clocks_of(output: pa.Table) -> dict[str, int]:
+    """Each Apama cache's time after the batch (its CLOCK row) in the kernel's ``output``."""
+    clocks = rows_of(output, CLOCK)
+    return dict(zip(clocks["cache"].to_pylist(), clocks["received_at_us"].to_pylist(), strict=True))

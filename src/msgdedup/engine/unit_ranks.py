@@ -266,7 +266,7 @@ def contested_verdicts(stream: pa.Table, decisions: pa.Table, windows: Mapping[s
     repeats, or that the parent's entries or record hold, is contested, and so is every message
     of its transaction (``_ranks``); the passive ones (uncontested, of Apama caches) are not."""
     messages = stream.filter(pc.and_(pc.equal(stream["phase"], kernel.MESSAGE_PHASE), pc.invert(stream["passive"])))
-    verdicts = decisions.filter(pc.equal(decisions["kind"], kernel.VERDICT)).select(["row_id", "outcome", "cache_seq"])
+    verdicts = kernel.rows_of(decisions, kernel.VERDICT).select(["row_id", "outcome", "cache_seq"])
     joined = messages.select(["row_id", "unit_row", "unit_us", "cache", "dedup_key"]).join(
         verdicts, "row_id", join_type="inner")
     # an acceptance on a time or Apama cache enters at the later of its unit's instant and the
