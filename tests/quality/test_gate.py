@@ -70,9 +70,15 @@ def warehouse(pristine, tmp_path) -> Path:
 def test_correct_batch_passes_and_writes_summary_and_data_docs(spark, engine, warehouse, monkeypatch):
     pool = f"{gate.VALIDATION_POOL}-{engine}-{warehouse.parent.name}"  # one this test alone uses
     monkeypatch.setattr(gate, "VALIDATION_POOL", pool)
+    tracker = spark.sparkContext.statusTracker()
+    before = set(tracker.getJobIdsForGroup("gx-gate-derive-id_cache"))
     result = run_gate(spark, str(warehouse), "B2", GateSettings())
     assert result.success, result.summary_line()
     assert failed(result) == set()
+    # where the driver collected the outputs' hashes, that pass counted the snapshot's entries per
+    # cache too, and the id_cache table was made on the driver without a Spark job of its own
+    id_cache_jobs = set(tracker.getJobIdsForGroup("gx-gate-derive-id_cache")) - before
+    assert bool(id_cache_jobs) == (engine == "spark")
     summary = json.loads((warehouse / "quality" / "B2" / "result.json").read_text())
     assert summary["batch_id"] == "B2" and summary["run_id"] == "run-B2" and summary["success"] is True
     assert {e["suite"] for e in summary["expectations"]} == {

@@ -105,6 +105,55 @@ def test_id_cache_occupancy_counts_every_repeat_of_a_key_and_an_entry_without_on
     assert (occupancy["orders.us"].entries, occupancy["orders.us"].distinct_keys) == (2, 1)
 
 
+def _occupancy_of_counts(spark, snapshot, manifest):
+    """id_cache_occupancy_of_counts as the gate makes it: the entries per cache tallied by the
+    hashes' pass, the keys held twice from the hashes that repeat; None where it falls back."""
+    empty = frame(spark, [], DELIVERED_DDL)
+    caches = tables.manifest_caches(manifest)
+    rows = tables.exception_hashes(empty, none_dropped(spark), frame(spark, [], ID_CACHE_DDL), snapshot,
+                                   caches).collect()
+    origins = [r[tables.OUTPUT_OF_ROW] for r in rows]
+    held = tables.entries_by_cache({o: origins.count(o) for o in set(origins)}, caches)
+    if held is None:
+        return None
+    seen = [r[tables.REPEATED_HELD_KEYS] for r in rows if r[tables.REPEATED_HELD_KEYS] is not None]
+    again = spark.createDataFrame([(h,) for h in {h for h in seen if seen.count(h) > 1}], "_hash long")
+    excess = {r["cache"]: r["_excess"] for r in tables.held_key_excess(snapshot, again).collect()}
+    return tables.id_cache_occupancy_of_counts(spark, manifest, held, excess)
+
+
+def test_id_cache_occupancy_from_the_tallied_counts_is_the_aggregations_table(spark):
+    """The gate makes the id_cache table on the driver from the entries its hashes' pass tallied per
+    cache: the same rows and findings as the aggregation of the snapshot, for keys held more than
+    once, entries without a key, a cache with no entry, a cache over its size and a manifest whose
+    counts are wrong; and no table (the aggregation's, which names it) for an undeclared cache."""
+    manifest = {"caches": {"orders.eu": {"id_cache_size": 4, "entries": 5}, "orders.us": {"id_cache_size": 9,
+                                                                                        "entries": 3},
+                           "idle": {"id_cache_size": 5, "entries": 0}, "late": {"policy": "time", "entries": 1,
+                                                                                "duplicate_window_us": 10}}}
+    snapshot = frame(spark, [entry("k1", 1, "a", "B"), entry("k1", 2, "b", "B"), entry("k1", 3, "c", "B"),
+                             entry("k2", 4, "d", "B"), entry("k3", 5, "e", "B"),
+                             entry("k1", 1, "f", "B", cache="orders.us"), entry(None, 2, "g", "B", cache="orders.us")],
+                     ID_CACHE_DDL)
+    aggregated = tables.id_cache_occupancy(snapshot, tables.cache_sizes(spark, manifest), apama=False)
+    counted = _occupancy_of_counts(spark, snapshot, manifest)
+
+    def rows(df):
+        return sorted(tuple(r) for r in df.collect())
+
+    assert counted.columns == aggregated.columns
+    assert rows(counted) == rows(aggregated)
+    problems = {r.cache: r.snapshot_problem for r in counted.collect()}
+    assert (problems["orders.eu"], problems["idle"]) == ("cache orders.eu holds 2 keys more than once", None)
+    assert problems["orders.us"].endswith("cache orders.us has 2 entries, the manifest says 3")
+    assert problems["late"] == "cache late has 0 entries, the manifest says 1"
+    empty = frame(spark, [], ID_CACHE_DDL)
+    assert rows(_occupancy_of_counts(spark, empty, manifest)) == rows(
+        tables.id_cache_occupancy(empty, tables.cache_sizes(spark, manifest), apama=False))
+    ghost = frame(spark, [entry("k", 1, "z", "B", cache="ghost")], ID_CACHE_DDL)
+    assert _occupancy_of_counts(spark, ghost, manifest) is None
+
+
 def test_messages_describe_a_message_id_in_more_than_one_row(spark):
     d = frame(spark, [delivered("a", 1, "k1", 1), delivered("b", 2, "k2", 2)], DELIVERED_DDL)
     x = frame(spark, [dropped("a", 3, "k1", "duplicate", "a"), dropped("c", 4, "k3", "duplicate", "b"),
@@ -187,11 +236,12 @@ def test_the_hashes_that_repeat_in_one_pass_are_those_each_exception_finds(spark
     without = [r.asDict() for r in tables.exception_hashes(batch, gone, parent).collect()]
     # without this batch's snapshot: its column and rows left out
     assert without == [{k: v for k, v in r.asDict().items() if k != tables.REPEATED_HELD_KEYS} for r in hashes[:-4]]
-    # each row names its output, as output_counts counts them (the snapshots' rows none)
+    # each row names its output, as output_counts counts them (the parent snapshot's rows none),
+    # and this batch's entries their cache, undeclared where the pass was given no caches
     outputs = [r[tables.OUTPUT_OF_ROW] for r in hashes]
     counted = tables.output_counts(batch, gone, gone.limit(0)).first()
     assert [outputs.count(code) for code in range(len(tables.OUTPUTS))] == [counted[o] for o in tables.OUTPUTS]
-    assert outputs.count(None) == 2 + 4
+    assert outputs.count(None) == 2 and outputs.count(tables.UNDECLARED_ENTRY) == 4
 
     def repeated(column):
         seen = [r[column] for r in hashes if r[column] is not None]

@@ -56,6 +56,7 @@ from msgdedup.quality import tables
 from msgdedup.quality.checks import CHECKED_TABLES, DATA_DOCS_SITE, checkpoint_name, counted_format
 from msgdedup.quality.materialise import (
     MaterialisedTables, Scanned, SmallFrames, cache_settings, gate_session, hashes_on_driver, local_when_small,
+    local_to_pandas,
 )
 from msgdedup.quality.project import default_project_dir, open_context
 
@@ -280,12 +281,23 @@ def small_frames(batch: BatchOutputs, batch_id: str) -> dict[str, Callable[[Data
     }
 
 
-def exception_hashes(spark: SparkSession, warehouse: str, batch: BatchOutputs) -> Callable[[], DataFrame] | None:
+@dataclass(frozen=True)
+class ExceptionHashes:
+    """The gate's one pass over the outputs' hashes (``tables.exception_hashes``): what plans it,
+    and whether it carries this batch's snapshot, whose entries per cache it then tallies too
+    (``tables.entries_by_cache``)."""
+
+    plan: Callable[[], DataFrame]
+    with_snapshot: bool
+
+
+def exception_hashes(spark: SparkSession, warehouse: str, batch: BatchOutputs) -> ExceptionHashes | None:
     """``tables.exception_hashes`` of the batch, for ``SmallFrames`` to find their repeats on the
     driver, where its rows fit there by the manifests (the batch's lines and its parent snapshot's
     entries, and this batch's entries where they fit too: else its own keys held twice are found
-    by an aggregation); else None, and each exception is found by an aggregation in Spark. A
-    manifest that does not say counts as too many rows: the gate checks manifests it cannot trust."""
+    by an aggregation, and its entries counted by one); else None, and each exception is found by
+    an aggregation in Spark. A manifest that does not say counts as too many rows: the gate checks
+    manifests it cannot trust."""
     try:
         rows = int(batch.manifest["counts"]["input_lines"])
         own = sum(int(cache["entries"]) for cache in batch.manifest["caches"].values())
@@ -296,14 +308,17 @@ def exception_hashes(spark: SparkSession, warehouse: str, batch: BatchOutputs) -
         return None
     kinds = len(tables.EXCEPTIONS)
     if hashes_on_driver(spark, rows + own, kinds):
-        return lambda: tables.exception_hashes(batch.delivered, batch.dropped, batch.parent_id_cache, batch.id_cache)
+        caches = tables.manifest_caches(batch.manifest)
+        return ExceptionHashes(lambda: tables.exception_hashes(batch.delivered, batch.dropped, batch.parent_id_cache,
+                                                               batch.id_cache, caches), True)
     if hashes_on_driver(spark, rows, kinds - 1):
-        return lambda: tables.exception_hashes(batch.delivered, batch.dropped, batch.parent_id_cache)
+        return ExceptionHashes(lambda: tables.exception_hashes(batch.delivered, batch.dropped, batch.parent_id_cache),
+                               False)
     return None
 
 
-def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str,
-                   small: SmallFrames | None = None) -> dict[str, Callable[[], DataFrame | Scanned]]:
+def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str, small: SmallFrames | None = None,
+                   entries_tallied: bool = False) -> dict[str, Callable[[], DataFrame | Scanned]]:
     """How to build each checked table of ``checks.CHECKED_TABLES``, by name (lazy DataFrames).
 
     With ``small`` (the exceptions of ``small_frames``, computed first), messages and key_window
@@ -313,7 +328,8 @@ def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str,
     table counts the outputs when it is built: the delivered and dropped rows as ``small``'s pass
     over them counted them, where it ran (``SmallFrames.tally``: a pass less over a million rows),
     and the quarantined ones by a query; else all three by one query (three numbers reach the
-    driver).
+    driver). The id_cache table takes the snapshot's entries per cache from that tally too, where
+    the pass carried the snapshot (``entries_tallied``) and every entry's cache is declared.
     """
     sizes = tables.cache_sizes(spark, batch.manifest)
 
@@ -362,14 +378,25 @@ def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str,
         keys_settled = none_of(tables.REPEATED_KEY_HASHES) or any(settled)
         return plain_scan(table, keys_settled and none_of(tables.SHARED_CACHE_SEQ_COUNTS))
 
+    def id_cache() -> DataFrame | pd.DataFrame:
+        apama = tables.has_apama_caches(batch.manifest)
+        excess = get(tables.REPEATED_HELD_KEYS)
+        held = None
+        counted = small is not None and small.rows.get(tables.REPEATED_HELD_KEYS) is not None  # excess: local
+        if counted and entries_tallied and not apama:
+            held = tables.entries_by_cache(small.tally(), tables.manifest_caches(batch.manifest))
+        if held is None:
+            return tables.id_cache_occupancy(batch.id_cache, sizes, apama=apama, excess=excess)
+        # every count on the driver already: the table made there, with no Spark job
+        repeats = {row["cache"]: row["_excess"] for row in excess.collect()}  # a local table
+        return local_to_pandas(tables.id_cache_occupancy_of_counts(spark, batch.manifest, held, repeats))
+
     builds = {
         "messages": messages,
         "key_window": key_window,
         "transactions": lambda: tables.transactions(batch.delivered, batch.dropped),
         "accounting": accounting,
-        "id_cache": lambda: tables.id_cache_occupancy(batch.id_cache, sizes,
-                                                       apama=tables.has_apama_caches(batch.manifest),
-                                                       excess=get(tables.REPEATED_HELD_KEYS)),
+        "id_cache": id_cache,
     }
     # Each with the columns GX reads of it only (CheckedTable.columns): the same rows, the same
     # checked values and the same row names in the results, and no intermediate column kept in
@@ -377,10 +404,13 @@ def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str,
     return {table.name: functools.partial(_checked, builds[table.name], table.columns) for table in CHECKED_TABLES}
 
 
-def _checked(build: Callable[[], DataFrame | Scanned], columns: tuple[str, ...]) -> DataFrame | Scanned:
+def _checked(build: Callable[[], DataFrame | Scanned | pd.DataFrame],
+             columns: tuple[str, ...]) -> DataFrame | Scanned | pd.DataFrame:
     built = build()
     if isinstance(built, Scanned):
         return Scanned(built.frame.select(*columns))
+    if isinstance(built, pd.DataFrame):
+        return built[list(columns)]
     return built.select(*columns)
 
 
@@ -630,10 +660,13 @@ def run_gate(
     checked: MaterialisedTables | None = None
     small: SmallFrames | None = None
     try:
-        small = SmallFrames(session, small_frames(batch, batch_id), hashes=exception_hashes(session, warehouse, batch),
+        hashes = exception_hashes(session, warehouse, batch)
+        small = SmallFrames(session, small_frames(batch, batch_id), hashes=hashes.plan if hashes else None,
                             tallied=tables.OUTPUT_OF_ROW)
-        checked = MaterialisedTables(session, checked_tables(session, batch, batch_id, small), on_driver,
-                                     driver_rows=driver_decide_lines(session))
+        checked = MaterialisedTables(
+            session, checked_tables(session, batch, batch_id, small,
+                                    entries_tallied=hashes is not None and hashes.with_snapshot),
+            on_driver, driver_rows=driver_decide_lines(session))
         with timer.step("import_gx"):
             # Usually done already (``preload_gx``); otherwise this is where the seconds go. Wait
             # for a preload still running: two threads importing GX at once can meet a partially

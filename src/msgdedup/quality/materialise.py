@@ -28,6 +28,7 @@ import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from msgdedup import driver_memory
 from msgdedup.engine.planning import derived_session, heap_share
@@ -117,7 +118,8 @@ class MaterialisedTables:
     ``tables`` maps a name to a function that builds the table's (lazy) DataFrame: building
     one means analysing its plan, which on a cold JVM takes a noticeable part of a second, so
     that happens in the table's thread too. A table built as ``Scanned`` is handed to GX as it
-    is, not cached (``scanned`` names those).
+    is, not cached (``scanned`` names those); one built as a pandas frame was made on the driver
+    by its builder (id_cache, from counts the gate holds already) and is validated on pandas.
 
     A table is cut to at most the application's default parallelism in partitions (no
     shuffle): GX's sample queries (``limit 20``) scan a table partition by partition in
@@ -133,7 +135,7 @@ class MaterialisedTables:
     scheduled on the driver beside the large tables' work, on the gate's critical path.
     """
 
-    def __init__(self, spark: SparkSession, tables: dict[str, Callable[[], DataFrame | Scanned]],
+    def __init__(self, spark: SparkSession, tables: dict[str, Callable[[], DataFrame | Scanned | pd.DataFrame]],
                  on_driver: bool = False, driver_rows: int = -1) -> None:
         self._spark = spark
         self._on_driver = on_driver
@@ -147,21 +149,24 @@ class MaterialisedTables:
         self._futures: dict[str, Future] = {name: self._pool.submit(self._compute, name, build)
                                             for name, build in tables.items()}
 
-    def _compute(self, name: str, build: Callable[[], DataFrame | Scanned]) -> DataFrame | pd.DataFrame:
+    def _compute(self, name: str, build: Callable[[], DataFrame | Scanned | pd.DataFrame]) -> DataFrame | pd.DataFrame:
         # Job groups are per thread: the Spark UI shows which table a job computes.
         self._spark.sparkContext.setJobGroup(f"gx-gate-derive-{name}", f"GX gate: compute the checked table {name}")
         built = build()
+        if isinstance(built, pd.DataFrame):  # made on the driver by its builder
+            self._finished[name] = time.perf_counter()
+            return built
         scanned = isinstance(built, Scanned)
         frame = built.frame if scanned else built
         if self._on_driver:
-            table = _to_pandas(frame)
+            table = to_pandas(frame)
         elif scanned:
             table = frame
             self.scanned.add(name)
         else:
             table = self.keep(frame)
             if table.count() <= self._driver_rows:
-                table = _to_pandas(table)
+                table = to_pandas(table)
         self._finished[name] = time.perf_counter()
         return table
 
@@ -220,8 +225,17 @@ def hashes_on_driver(spark: SparkSession, rows: float, kinds: int) -> bool:
     return rows * HASH_BYTES * (kinds + 1) <= heap_share(spark, HASHES_HEAP_SHARE_CONF, HASHES_HEAP_SHARE)
 
 
-def _to_pandas(frame: DataFrame) -> pd.DataFrame:
+def to_pandas(frame: DataFrame) -> pd.DataFrame:
+    """``frame`` collected as GX's pandas engine validates a table (nullable integers stay integers)."""
     return frame.toArrow().to_pandas(types_mapper=_NULLABLE_INTEGERS.get)
+
+
+def local_to_pandas(frame: DataFrame) -> pd.DataFrame:
+    """``to_pandas`` of a frame of a few rows that Spark answers on the driver (a local relation):
+    collected as rows, which runs no Spark job, where ``toArrow`` runs one."""
+    rows = [row.asDict() for row in frame.collect()]
+    return pa.Table.from_pylist(rows, schema=to_arrow_schema(frame.schema)).to_pandas(
+        types_mapper=_NULLABLE_INTEGERS.get)
 
 
 class SmallFrames:

@@ -21,7 +21,7 @@ rows whose hash repeats (``_possibly_repeated``).
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -39,16 +39,24 @@ def cache_sizes(spark: SparkSession, manifest: Mapping) -> DataFrame:
     """``cache, policy, id_cache_size, duplicate_window_us, manifest_entries`` from the manifest
     (one small row per cache). ``id_cache_size`` is the count limit (null for Apama caches and
     time caches without a cap); manifests before policies existed are all ``count``."""
-    rows = [
+    return local_frame(
+        spark, _cache_size_rows(manifest), "cache string, policy string, id_cache_size long, duplicate_window_us long, "
+                                           "per_source_window long, expiry_us long, manifest_entries long")
+
+
+def _cache_size_rows(manifest: Mapping) -> list[tuple]:
+    return [
         (name, info.get("policy", "count"), _int_or_none(info.get("id_cache_size")),
          _int_or_none(info.get("duplicate_window_us")), _int_or_none(info.get("per_source_window")),
          None if info.get("expiry_seconds") is None else int(info["expiry_seconds"]) * 1_000_000,
          int(info.get("entries", 0)))
         for name, info in sorted((manifest.get("caches") or {}).items())
     ]
-    return local_frame(
-        spark, rows, "cache string, policy string, id_cache_size long, duplicate_window_us long, "
-                     "per_source_window long, expiry_us long, manifest_entries long")
+
+
+def manifest_caches(manifest: Mapping) -> list[str]:
+    """The manifest's caches by name, sorted (as ``cache_sizes`` lists them)."""
+    return sorted(manifest.get("caches") or {})
 
 
 def keeps_sender_queues(manifest: Mapping) -> bool:
@@ -95,14 +103,20 @@ REPEATED_KEY_HASHES = "repeated_key_hashes"
 SHARED_CACHE_SEQ_COUNTS = "shared_cache_seq_counts"
 REPEATED_HELD_KEYS = "repeated_held_keys"
 EXCEPTIONS = (REPEATED_MESSAGE_IDS, SHARED_CACHE_SEQ_COUNTS, REPEATED_KEY_HASHES, REPEATED_HELD_KEYS)
-# ``exception_hashes``' column naming the output a row is of, by its place in OUTPUTS (null: a
-# snapshot's row): its rows per output are what ``output_counts`` counts.
+# ``exception_hashes``' column naming where a row comes from, which that pass tallies: the output a
+# row is of by its place in OUTPUTS (its rows per output are what ``output_counts`` counts); for an
+# entry of this batch's snapshot, ENTRY_ORIGIN + 2 x its cache's place among the manifest's caches
+# (``manifest_caches``), + 1 when it holds a key (its rows per cache are what ``id_cache_occupancy``
+# counts, ``entries_by_cache``), or UNDECLARED_ENTRY when its cache is not one of them; null for the
+# parent snapshot's rows.
 OUTPUT_OF_ROW = "_output"
 OUTPUTS = ("delivered", "dropped")
+ENTRY_ORIGIN = len(OUTPUTS)
+UNDECLARED_ENTRY = -1
 
 
 def exception_hashes(delivered: DataFrame, dropped: DataFrame, parent_id_cache: DataFrame,
-                     id_cache: DataFrame | None = None) -> DataFrame:
+                     id_cache: DataFrame | None = None, caches: Sequence[str] = ()) -> DataFrame:
     """A row per row of delivered, dropped, the parent snapshot and this batch's (``id_cache``;
     None: left out, and so is its column: its exception then finds them itself), with the hash
     each exception groups that row by, or null where the exception does not look at the row: its
@@ -110,7 +124,9 @@ def exception_hashes(delivered: DataFrame, dropped: DataFrame, parent_id_cache: 
     (``shared_cache_seq_counts``: numbered deliveries), its cache and key
     (``repeated_key_hashes``: this batch's acceptances and the parent snapshot's;
     ``held_key_excess``: this batch's snapshot); and ``OUTPUT_OF_ROW``, the output a row is of,
-    so that the same pass counts the outputs' rows (``accounting_from_counts``).
+    so that the same pass counts the outputs' rows (``accounting_from_counts``) and this batch's
+    snapshot's entries per cache of ``caches`` (the manifest's, ``manifest_caches``), which
+    ``id_cache_occupancy`` would otherwise count by an aggregation of the snapshot.
 
     The hashes that repeat in a column are the ones that exception's own aggregation finds. A
     caller that finds them itself (the gate, on the driver, ``materialise.SmallFrames``) reads the
@@ -125,9 +141,10 @@ def exception_hashes(delivered: DataFrame, dropped: DataFrame, parent_id_cache: 
 
     kinds = EXCEPTIONS if id_cache is not None else tuple(k for k in EXCEPTIONS if k != REPEATED_HELD_KEYS)
 
-    def hashes(frame: DataFrame, output: str | None = None, **columns: Column) -> DataFrame:
-        code = F.lit(None if output is None else OUTPUTS.index(output)).cast("byte")
-        return frame.select(*[columns.get(name, none).alias(name) for name in kinds], code.alias(OUTPUT_OF_ROW))
+    def hashes(frame: DataFrame, output: str | Column | None = None, **columns: Column) -> DataFrame:
+        code = output if isinstance(output, Column) else F.lit(None if output is None else OUTPUTS.index(output))
+        return frame.select(*[columns.get(name, none).alias(name) for name in kinds],
+                            code.cast("int").alias(OUTPUT_OF_ROW))
 
     ids = hash_where(F.col("message_id").isNotNull(), ("message_id",))
     rows = (
@@ -139,8 +156,29 @@ def exception_hashes(delivered: DataFrame, dropped: DataFrame, parent_id_cache: 
     )
     if id_cache is not None:
         held = hash_where(F.col("dedup_key").isNotNull(), _KEY)
-        rows = rows.unionByName(hashes(id_cache, **{REPEATED_HELD_KEYS: held}))
+        # each entry's cache by its place among ``caches``: a join on the names, so it is exact
+        places = local_frame(id_cache.sparkSession, [(name, place) for place, name in enumerate(caches)],
+                             "cache string, _place int")
+        entries = id_cache.join(F.broadcast(places), "cache", "left")
+        origin = F.when(F.col("_place").isNull(), F.lit(UNDECLARED_ENTRY)).otherwise(
+            ENTRY_ORIGIN + 2 * F.col("_place") + F.col("dedup_key").isNotNull().cast("int"))
+        rows = rows.unionByName(hashes(entries, origin, **{REPEATED_HELD_KEYS: held}))
     return rows
+
+
+def entries_by_cache(tally: Mapping[int, int], caches: Sequence[str]) -> dict[str, tuple[int, int]] | None:
+    """Each cache of ``caches`` that has an entry in this batch's snapshot: its entries, and those
+    with a key, from the ``OUTPUT_OF_ROW`` tally of an ``exception_hashes`` pass given the snapshot
+    and ``caches``; None when an entry's cache is not among them (the table's aggregation then
+    names it)."""
+    if tally.get(UNDECLARED_ENTRY):
+        return None
+    counts = {}
+    for place, name in enumerate(caches):
+        unkeyed, keyed = (tally.get(ENTRY_ORIGIN + 2 * place + k, 0) for k in (0, 1))
+        if unkeyed + keyed:
+            counts[name] = (unkeyed + keyed, keyed)
+    return counts
 
 
 def repeated_message_ids(delivered: DataFrame, dropped: DataFrame, hashes: DataFrame | None = None) -> DataFrame:
@@ -617,7 +655,8 @@ def id_cache_occupancy(id_cache: DataFrame, sizes: DataFrame, apama: bool = True
     compare with an Apama cache's windows, which no other cache has, so they are not computed
     (three Spark jobs over the snapshot). ``excess``: ``held_key_excess(id_cache)`` when the
     caller has computed it already (the gate does, from hashes it collected, and hands it over as
-    a local table: then the snapshot is read once, and not shuffled).
+    a local table: then the snapshot is read once, and not shuffled). Where the caller has counted
+    the entries already, ``id_cache_occupancy_of_counts`` gives the same rows on the driver.
     """
     if excess is None:
         excess = held_key_excess(id_cache)
@@ -641,6 +680,35 @@ def id_cache_occupancy(id_cache: DataFrame, sizes: DataFrame, apama: bool = True
              .select("cache", "policy", "id_cache_size", "entries", "distinct_keys", "manifest_entries"))
     table = (table.join(queues, "cache", "left")
              .join(sizes.select("cache", "per_source_window", "expiry_us"), "cache", "left"))
+    return _with_snapshot_problems(table)
+
+
+def id_cache_occupancy_of_counts(spark: SparkSession, manifest: Mapping, held: Mapping[str, tuple[int, int]],
+                                 excess: Mapping[str, int]) -> DataFrame:
+    """``id_cache_occupancy``'s rows, made on the driver from counts the caller holds: ``held``,
+    each cache's entries and entries with a key (``entries_by_cache``), and ``excess``, its keys
+    held more than once (``held_key_excess``'s rows). Only for a manifest without Apama caches
+    (``has_apama_caches``), whose queues need the snapshot's entries themselves, and a snapshot
+    whose every entry's cache the manifest declares (no other cache is in ``held``): then every
+    row is a declared cache's, joined to its counts here as the aggregation joins them in Spark,
+    and the findings are the same expression's (``_with_snapshot_problems``), evaluated on these
+    rows alone. The gate counts the entries in its one pass over the outputs' hashes: the
+    aggregation of the snapshot and the table's shuffles were six Spark jobs and about 1.3 s of
+    the two cores a 1M batch's gate is bound by (docs/benchmarks.md)."""
+    rows = [
+        (cache, policy, size, held.get(cache, (0, 0))[0], held.get(cache, (0, 0))[1] - excess.get(cache, 0),
+         entries, None, None, None, per_source_window, expiry_us)
+        for cache, policy, size, _, per_source_window, expiry_us, entries in _cache_size_rows(manifest)
+    ]
+    return _with_snapshot_problems(local_frame(
+        spark, rows, "cache string, policy string, id_cache_size long, entries long, distinct_keys long, "
+                     "manifest_entries long, _longest_sender long, _sender string, _shared_span_us long, "
+                     "per_source_window long, expiry_us long"))
+
+
+def _with_snapshot_problems(table: DataFrame) -> DataFrame:
+    """``id_cache_occupancy``'s rows with their findings (``snapshot_problem``), its working columns
+    (the Apama queues' extremes, the windows they are held to) dropped."""
     problems = F.concat_ws(
         "; ",
         F.when(F.col("_longest_sender") > F.col("per_source_window"),
