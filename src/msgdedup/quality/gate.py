@@ -318,8 +318,9 @@ def exception_hashes(spark: SparkSession, warehouse: str, batch: BatchOutputs) -
 
 
 def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str, small: SmallFrames | None = None,
-                   entries_tallied: bool = False) -> dict[str, Callable[[], DataFrame | Scanned]]:
-    """How to build each checked table of ``checks.CHECKED_TABLES``, by name (lazy DataFrames).
+                   entries_tallied: bool = False) -> dict[str, Callable[[], DataFrame | Scanned | pd.DataFrame]]:
+    """How to build each checked table of ``checks.CHECKED_TABLES``, by name (lazy DataFrames, or a
+    pandas frame made on the driver).
 
     With ``small`` (the exceptions of ``small_frames``, computed first), messages and key_window
     take them from there instead of computing them inside their own plans, and id_cache its keys
