@@ -159,14 +159,14 @@ class MaterialisedTables:
         scanned = isinstance(built, Scanned)
         frame = built.frame if scanned else built
         if self._on_driver:
-            table = to_pandas(frame)
+            table = _to_pandas(frame)
         elif scanned:
             table = frame
             self.scanned.add(name)
         else:
             table = self.keep(frame)
             if table.count() <= self._driver_rows:
-                table = to_pandas(table)
+                table = _to_pandas(table)
         self._finished[name] = time.perf_counter()
         return table
 
@@ -225,13 +225,13 @@ def hashes_on_driver(spark: SparkSession, rows: float, kinds: int) -> bool:
     return rows * HASH_BYTES * (kinds + 1) <= heap_share(spark, HASHES_HEAP_SHARE_CONF, HASHES_HEAP_SHARE)
 
 
-def to_pandas(frame: DataFrame) -> pd.DataFrame:
+def _to_pandas(frame: DataFrame) -> pd.DataFrame:
     """``frame`` collected as GX's pandas engine validates a table (nullable integers stay integers)."""
     return frame.toArrow().to_pandas(types_mapper=_NULLABLE_INTEGERS.get)
 
 
 def local_to_pandas(frame: DataFrame) -> pd.DataFrame:
-    """``to_pandas`` of a frame of a few rows that Spark answers on the driver (a local relation):
+    """``_to_pandas`` of a frame of a few rows that Spark answers on the driver (a local relation):
     collected as rows, which runs no Spark job, where ``toArrow`` runs one."""
     rows = [row.asDict() for row in frame.collect()]
     return pa.Table.from_pylist(rows, schema=to_arrow_schema(frame.schema)).to_pandas(

@@ -50,12 +50,13 @@ def _cache_size_rows(manifest: Mapping) -> list[tuple]:
          _int_or_none(info.get("duplicate_window_us")), _int_or_none(info.get("per_source_window")),
          None if info.get("expiry_seconds") is None else int(info["expiry_seconds"]) * 1_000_000,
          int(info.get("entries", 0)))
-        for name, info in sorted((manifest.get("caches") or {}).items())
+        for name, info in ((name, manifest["caches"][name]) for name in manifest_caches(manifest))
     ]
 
 
 def manifest_caches(manifest: Mapping) -> list[str]:
-    """The manifest's caches by name, sorted (as ``cache_sizes`` lists them)."""
+    """The manifest's caches by name, sorted: the order ``cache_sizes`` lists them in, and the
+    places ``exception_hashes`` tallies a snapshot's entries by."""
     return sorted(manifest.get("caches") or {})
 
 
@@ -695,11 +696,11 @@ def id_cache_occupancy_of_counts(spark: SparkSession, manifest: Mapping, held: M
     rows alone. The gate counts the entries in its one pass over the outputs' hashes: the
     aggregation of the snapshot and the table's shuffles were six Spark jobs and about 1.3 s of
     the two cores a 1M batch's gate is bound by (docs/benchmarks.md)."""
-    rows = [
-        (cache, policy, size, held.get(cache, (0, 0))[0], held.get(cache, (0, 0))[1] - excess.get(cache, 0),
-         entries, None, None, None, per_source_window, expiry_us)
-        for cache, policy, size, _, per_source_window, expiry_us, entries in _cache_size_rows(manifest)
-    ]
+    rows = []
+    for cache, policy, size, _, per_source_window, expiry_us, declared in _cache_size_rows(manifest):
+        entries, keyed = held.get(cache, (0, 0))
+        rows.append((cache, policy, size, entries, keyed - excess.get(cache, 0), declared,
+                     None, None, None, per_source_window, expiry_us))
     return _with_snapshot_problems(local_frame(
         spark, rows, "cache string, policy string, id_cache_size long, entries long, distinct_keys long, "
                      "manifest_entries long, _longest_sender long, _sender string, _shared_span_us long, "
