@@ -10,6 +10,8 @@ A warehouse root holds::
     published/<ID>.json               write-audit-publish record (the gate passed for that run)
     _staging/<ID>/<run_id>/           a run's outputs before its commit (engine/warehouse.py)
     _staging/<ID>/<run_id>/_OWNER.json  who writes that run (engine/lease.py: recovery leaves live runs alone)
+    _staging/<ID>/<run_id>/_scratch/<name>/  a table the run's tasks hand its driver (engine/file_collect.py),
+                                      deleted once read
     _commits/<seq>.json               the commit log: entry <seq> is created exclusively, and that creation
                                       is a run's commit point (engine/warehouse.py)
     _WRITER.json                      the lease of the one writer at work (engine/lease.py)
@@ -45,6 +47,7 @@ STALE_SUFFIX = ".stale.json"
 # Inside a run's staging directory: the manifest to publish, and who owns the run.
 STAGED_MANIFEST = "manifest.json"
 OWNER = "_OWNER.json"
+SCRATCH = "_scratch"
 # Commit log entries are named by their sequence number, zero-padded so names sort in commit order.
 COMMIT_ENTRY = re.compile(r"\A(\d{20})\.json\Z")
 
@@ -104,6 +107,12 @@ def staging_trash(root: str | os.PathLike) -> str:
 
 def staging_owner(root: str | os.PathLike, batch_id: str, run_id: str) -> str:
     return _join(root, STAGING, batch_id, run_id, OWNER)
+
+
+def scratch_dir(staging: str, name: str) -> str:
+    """A directory ``name`` among a run's scratch files, under its staging directory (``staging_dir(root,
+    ID, run_id)``): hidden from the staged outputs, and discarded with the run if it fails."""
+    return _join(staging, SCRATCH, name)
 
 
 def commit_log_dir(root: str | os.PathLike) -> str:

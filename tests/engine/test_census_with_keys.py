@@ -58,7 +58,8 @@ def _batch(root, *files: list[bytes]):
 def _run(spark, root, settings):
     kept = []
     files = list_input_files(HadoopFS(spark), str(root))
-    parsed, lines, addresses, keyed, _, found = _parse(spark, HadoopFS(spark), files, settings, kept)
+    staging = str(root.parent / "staging")  # where the census's rows pass through files
+    parsed, lines, addresses, keyed, _, found = _parse(spark, HadoopFS(spark), files, settings, kept, staging)
     return parsed, lines, addresses, keyed, found
 
 

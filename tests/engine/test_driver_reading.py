@@ -65,7 +65,9 @@ def _parsed(spark, files, on_driver: bool):
     spark.conf.set(DRIVER_READ_BYTES_CONF, str(16 << 20) if on_driver else "-1")
     kept = []
     try:
-        parsed, lines, addresses, keyed, table, _ = _parse(spark, HadoopFS(spark), files, AddressSettings(), kept)
+        staging = files[0].path.rsplit("/", 2)[0] + "/_staging"  # beside the batch's folder
+        parsed, lines, addresses, keyed, table, _ = _parse(spark, HadoopFS(spark), files, AddressSettings(), kept,
+                                                           staging)
         assert (parsed is None) == on_driver == (table is not None), "read on the driver: not yet in Spark"
         return _rows(table if on_driver else parsed), lines, addresses, keyed
     finally:

@@ -27,10 +27,11 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
-from msgdedup import __version__, driver_memory, exit_codes
+from msgdedup import __version__, driver_memory, exit_codes, layout
 from msgdedup.config import APAMA, TIME, AddressSettings, ConfigError, load_settings
 from msgdedup.engine import audit, driver_audit, driver_decide, driver_digests, driver_outputs, driver_verdicts, \
     kernel, line_lookup, manifest as manifests, parsing, transforms, unit_ranks, windows as cache_windows
+from msgdedup.engine.file_collect import collect_through_files
 from msgdedup.engine.filesystem import HadoopFS
 from msgdedup.engine.planning import (
     BROADCAST_ROW_BYTES, KEY_HASH_BYTES, OUTPUT_VERDICT_BYTES, application_settings, broadcast_rows,
@@ -197,7 +198,7 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     an output is written."""
     # 1. parse every line once
     parsed, input_lines, addresses, keyed, parsed_on_driver, keys_found = _parse(spark, warehouse.fs, files,
-                                                                                 settings, kept)
+                                                                                 settings, kept, staging)
     on_driver = decides_on_driver(spark, input_lines)
     # read and decided on the driver, a batch's outputs are made there too (driver_outputs.py):
     # Spark never sees its rows. Else the rows the driver read go to Spark, kept for every reader
@@ -363,14 +364,15 @@ def _decide_and_stage(spark: SparkSession, warehouse: Warehouse, txn: Transactio
     return Staged(counts, caches, fingerprint, invalidate, window_audit)
 
 
-def _parse(spark: SparkSession, fs: HadoopFS, files: list, settings: AddressSettings, kept: list[DataFrame]
-           ) -> tuple[DataFrame | None, int, set, set, pa.Table | None, _KeysFound | None]:
+def _parse(spark: SparkSession, fs: HadoopFS, files: list, settings: AddressSettings, kept: list[DataFrame],
+           staging: str) -> tuple[DataFrame | None, int, set, set, pa.Table | None, _KeysFound | None]:
     """Every line of the batch parsed (parsing.PARSED_COLUMNS), and its census: (parsed, lines,
     addresses, keyed, and the parsed rows as an Arrow table when the driver parsed them, then
     not yet in Spark: parsed is None; and the valid messages' keys where the census found them,
     ``_census_with_keys``). In the JVM where a line is certainly valid, else in Python
     (parsing.py); a small batch of plain JSON lines all in Python, on the driver, without a Spark
-    job (planning.reads_on_driver)."""
+    job (planning.reads_on_driver). ``staging``: the run's staging directory, where the census's
+    rows pass through files (``_find_keys``)."""
     if plain_json_lines(files) and reads_on_driver(spark, sum(f.size for f in files)):
         table = parsing.parse_on_driver(read_on_driver(fs, files))
         return None, *parsing.census_on_driver(table), table, None
@@ -378,14 +380,15 @@ def _parse(spark: SparkSession, fs: HadoopFS, files: list, settings: AddressSett
     if lines is None:
         return local_frame(spark, [], parsing.PARSED_SPARK_SCHEMA), 0, set(), set(), None, None
     fast = _kept(parsing.fast_parse(lines), kept)
-    found = (_find_keys(fast, kept, settings.has_apama)
+    found = (_find_keys(fast, kept, settings.has_apama, fs, layout.scratch_dir(staging, "census"))
              if counted is not None and _census_with_keys(spark, counted, settings) else None)
     input_lines, slow, addresses, keyed = found.census if found is not None else _census(fast)
     slow_rows = None
     if slow:
         slow_rows = _kept(parsing.slow_parse(fast.filter("slow")), kept)
         if found is not None:  # the keys of the lines Python decided, found as those of the others
-            slow_keys = _find_keys(slow_rows, kept, settings.has_apama)
+            slow_keys = _find_keys(slow_rows, kept, settings.has_apama, fs,
+                                   layout.scratch_dir(staging, "census_python"))
             found.add(slow_keys)
             _, _, more_addresses, more_keyed = slow_keys.census
         else:
@@ -417,14 +420,16 @@ class _KeysFound:
         self.rows = pa.concat_tables([self.rows, other.rows])
 
 
-def _find_keys(parsed: DataFrame, kept: list[DataFrame], senders: bool) -> _KeysFound:
+def _find_keys(parsed: DataFrame, kept: list[DataFrame], senders: bool, fs: HadoopFS, scratch: str) -> _KeysFound:
     """The keys of ``parsed`` (fast_parse's or slow_parse's rows; every address its own cache:
     ``_census_with_keys``), kept, and the census and the ranks' rows collected by the one pass
-    that computes and keeps them (with their senders' hashes where ``senders``: an Apama entry)."""
+    that computes and keeps them (with their senders' hashes where ``senders``: an Apama entry).
+    A row per line: collected through files in ``scratch`` rather than through the driver's heap
+    (file_collect.py)."""
     keys = _kept(parsing.with_own_cache_keys(parsed).select(*parsing.census_columns(parsed), *transforms.KEY_COLUMNS),
                  kept)
-    *census, rows = parsing.census_of_keys(
-        keys.select(*parsing.CENSUS_COLUMNS, *unit_ranks.census_columns(senders)).toArrow())
+    *census, rows = parsing.census_of_keys(collect_through_files(
+        keys.select(*parsing.CENSUS_COLUMNS, *unit_ranks.census_columns(senders)), scratch, fs))
     return _KeysFound(keys.filter("valid").select(*transforms.KEY_COLUMNS), rows, tuple(census))
 
 
