@@ -33,6 +33,6 @@ def collect_through_files(frame: DataFrame, directory: str, fs: HadoopFS) -> pa.
      .option("compression", "none").option("parquet.enable.dictionary", "false")
      .parquet(directory))
     try:
-        return fs.read_parquet(directory, schema).combine_chunks()
+        return fs.read_parquet(directory, schema)
     finally:
         fs.delete(directory)
