@@ -6,10 +6,11 @@ serialized, stored in the block manager, fetched, deserialized) in arrays large 
 humongous objects: G1 grows the heap for the burst and keeps what it grew, and the batch's peak
 memory follows (docs/benchmarks.md, "Where a 1M batch's heap goes"). Written as Parquet, each task
 streams its rows out a page at a time, and the driver's Python reads the files with pyarrow: the
-JVM never holds the table (on a warehouse the driver sees as local files; on HDFS or S3 each file's
-bytes pass through it once, HadoopFS.read_bytes). It costs the write's commit and a read, about half a second of a 1M
-batch, against some 100 MiB of peak (docs/benchmarks.md, "The census's rows through files"), so it
-is for the one table of a row per message the driver needs (batch._find_keys), not for small ones.
+JVM never holds the table (on a warehouse the driver sees as local files; on HDFS or S3 each
+file's bytes pass through it once, HadoopFS.read_bytes). It costs the write's commit and a read,
+about half a second of a 1M batch, against some 100 MiB of peak (docs/benchmarks.md, "The
+census's rows through files"), so it is for the one table of a row per message the driver needs
+(batch._find_keys), not for small ones.
 
 Uncompressed and without dictionaries: the rows are mostly 64-bit hashes, which neither shrinks, and
 the files live only until the driver has read them.
