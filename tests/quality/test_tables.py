@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyspark.sql import Window
+from pyspark.sql import functions as F
+
 from msgdedup.quality import tables
 from tests.quality.warehouse_fixture import DELIVERED_DDL, DROPPED_DDL, ID_CACHE_DDL, delivered, dropped, entry
 
@@ -290,6 +295,74 @@ def test_key_window_orders_keys_sharing_a_hash_with_another_as_keys_with_no_prev
     assert sorted(r.message_id for r in told.where("duplicate_within_window is not null").collect()) == ["n1", "n6"]
 
 
+def _settled(frame):
+    """The gate's ``settle``: a frame's rows, computed once."""
+    return frame.collect()
+
+
+def test_key_window_is_the_same_with_the_window_taken_on_the_driver(spark):
+    """Given ``settle`` (the gate collects the acceptances of the keys accepted again), key_window
+    puts them in order on the driver (``previous_acceptances``): the same rows and columns as
+    Spark's window, with the parent's acceptances, keys sharing a hash, shared numbers, a
+    delivery without a number and one without a key."""
+    parent, batch, gone = _every_exception(spark)
+    batch = batch.unionByName(frame(spark, [delivered("n7", 7, "k4", None), delivered("n8", 8, "k1", 3)],
+                                    DELIVERED_DDL))
+    size = sizes(spark, **{"orders.eu": 3})
+    every = tables.repeated_key_hashes(batch.unionByName(batch), parent, "B2")  # each key's hash
+
+    def rows(df):
+        return sorted((tuple(r) for r in df.collect()), key=repr)
+
+    for again in (tables.repeated_key_hashes(batch, parent, "B2"), every):
+        told = tables.key_window(batch, gone, parent, size, "B2", again, repeats=again.count(), settle=_settled)
+        in_plan = tables.key_window(batch, gone, parent, size, "B2", again, repeats=again.count())
+        assert told.schema == in_plan.schema
+        assert rows(told) == rows(in_plan)
+        assert "Window" not in told._jdf.queryExecution().executedPlan().toString()
+    # n7 (k4, no number) comes first, before the parent's m4 (4) and n1 (5); n6 (k1, 10) after n8 (k1, 3)
+    assert {r.message_id: r.prev_message_id for r in told.collect()} == {
+        "n1": "m4", "n2": "m2", "n3": None, "n4": "n3", "n6": "n8", "n7": None, "n8": None}
+
+
+def test_an_apama_key_window_is_the_same_with_the_window_taken_on_the_driver(spark):
+    """With Apama caches the deliveries of the keys accepted again are settled twice: their window
+    on the driver, then their sender gaps; the findings are Spark's."""
+    parent, batch, resends, size = _apama_batch(spark)
+    again = tables.repeated_key_hashes(batch, parent, "B2")
+    settled = []
+
+    def settle(frame):
+        settled.append(frame)
+        return _settled(frame)
+
+    told = tables.key_window(batch, resends, parent, size, "B2", again, repeats=again.count(), settle=settle)
+
+    assert len(settled) == 2
+    assert sorted(map(tuple, told.collect()), key=repr) == sorted(
+        map(tuple, tables.key_window(batch, resends, parent, size, "B2").collect()), key=repr)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", None]), st.sampled_from(["k1", "k2", "ké", None]),
+                          st.one_of(st.none(), st.integers(0, 4)), st.booleans()), max_size=14))
+def test_previous_acceptances_are_sparks_lag_over_each_key(spark, acceptances):
+    """``previous_acceptances`` against Spark's own window over the same rows: ties in cache_seq,
+    numbers missing, keys missing, the parent's and this batch's (message_ids differ, as an
+    acceptance's own do: equal in every ordering column, Spark's order of two rows is arbitrary)."""
+    rows = [(cache, key, seq, f"m{i}", "B2" if in_batch else "B1", in_batch, i, None if in_batch else "count",
+             f"s{i % 3}", "sender") for i, (cache, key, seq, in_batch) in enumerate(acceptances)]
+    accepted = spark.createDataFrame(rows, "cache string, dedup_key string, cache_seq long, message_id string, "
+                                           "accepted_batch_id string, _in_batch boolean, entered_at_us long, "
+                                           "_policy string, source_id string, _queue string")
+    by_key = Window.partitionBy("cache", "dedup_key").orderBy(
+        *[F.col(c).asc_nulls_first() for c in tables._ACCEPTANCE_ORDER])
+    lagged = accepted.select("*", *[F.lag(c).over(by_key) for c in tables._PREVIOUS]).where("_in_batch")
+
+    assert sorted(tables.previous_acceptances(accepted.collect()), key=repr) == sorted(
+        map(tuple, lagged.collect()), key=repr)
+
+
 def test_key_window_without_sender_queues_plans_no_sender_gaps(spark):
     """No cache keeps sender queues (count caches here): key_window adds null sender gaps instead
     of building their joins; the same rows and columns as with them."""
@@ -377,7 +450,8 @@ def _apama_entry(key, seq, message_id, source, at, queue):
     return row
 
 
-def test_key_window_proves_an_apama_key_left_its_senders_queue_and_the_shared_queue(spark):
+def _apama_batch(spark):
+    """(parent snapshot, delivered, dropped, cache sizes) of an Apama cache ``jms``."""
     parent = frame(spark, [_apama_entry("a1", 1, "p1", "A", 0, "sender"), _apama_entry("a2", 2, "p2", "A", 1, "sender"),
                            _apama_entry("s1", 3, "p3", "B", 2, "shared")], APAMA_ID_CACHE_DDL)
     batch = frame(spark, [
@@ -400,6 +474,11 @@ def test_key_window_proves_an_apama_key_left_its_senders_queue_and_the_shared_qu
                     DROPPED_DDL)
     size = tables.cache_sizes(spark, {"caches": {"jms": {"policy": "apama", "per_source_window": 2,
                                                          "expiry_seconds": 10, "entries": 0}}})
+    return parent, batch, resends, size
+
+
+def test_key_window_proves_an_apama_key_left_its_senders_queue_and_the_shared_queue(spark):
+    parent, batch, resends, size = _apama_batch(spark)
 
     findings = {r.message_id: r.duplicate_within_window
                 for r in tables.key_window(batch, resends, parent, size, "B2").collect()}

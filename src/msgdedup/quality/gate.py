@@ -46,7 +46,7 @@ from typing import Any, Callable
 from urllib.parse import unquote, urlparse
 
 import pandas as pd
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 
 from msgdedup import exit_codes, layout
 from msgdedup.timing import StepTimer
@@ -55,7 +55,7 @@ from msgdedup.engine.planning import application_settings, decides_on_driver, dr
 from msgdedup.quality import tables
 from msgdedup.quality.checks import CHECKED_TABLES, DATA_DOCS_SITE, checkpoint_name, counted_format
 from msgdedup.quality.materialise import (
-    MaterialisedTables, Scanned, SmallFrames, cache_settings, gate_session, hashes_on_driver, local_when_small,
+    MaterialisedTables, Scanned, SmallFrames, cache_settings, gate_session, hashes_on_driver, rows_when_small,
     local_to_pandas,
 )
 from msgdedup.quality.project import default_project_dir, open_context
@@ -363,20 +363,20 @@ def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str, smal
         again = get(tables.REPEATED_KEY_HASHES)
         repeats = small.rows.get(tables.REPEATED_KEY_HASHES) if small is not None else None  # None: not counted
         shared = tables.shared_cache_seqs(batch.delivered, get(tables.SHARED_CACHE_SEQ_COUNTS))
-        settled = []  # the keys accepted again, handed back as a local table
+        settled = []  # whether each settle of the keys accepted again brought back their rows
 
-        def settle(repeated: DataFrame) -> DataFrame:
-            # the deliveries of the keys accepted again, with their previous acceptances: normally
-            # few (232 of a million with a hot address), computed once rather than in each GX query
-            local, _ = local_when_small(repeated)
-            settled.append(local is not None)
-            return repeated if local is None else local
+        def settle(repeated: DataFrame) -> list[Row] | None:
+            # the acceptances of the keys accepted again: normally few (232 deliveries of a million
+            # with a hot address), computed once rather than in each GX query
+            rows = rows_when_small(repeated)
+            settled.append(rows is not None)
+            return rows
 
         table = tables.key_window(batch.delivered, batch.dropped, batch.parent_id_cache, sizes, batch_id,
                                   again, shared, repeats=repeats,
                                   sender_queues=tables.keeps_sender_queues(batch.manifest),
                                   settle=settle if repeats else None)
-        keys_settled = none_of(tables.REPEATED_KEY_HASHES) or any(settled)
+        keys_settled = none_of(tables.REPEATED_KEY_HASHES) or (bool(settled) and settled[-1])
         return plain_scan(table, keys_settled and none_of(tables.SHARED_CACHE_SEQ_COUNTS))
 
     def id_cache() -> DataFrame | pd.DataFrame:

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -364,12 +364,19 @@ def local_when_small(frame: DataFrame, limit: int = SMALL_ROWS) -> tuple[DataFra
     memory stays bounded). An empty one comes back as ``frame.limit(0)``, which Spark's optimiser
     turns into an empty local relation: the frame is not computed again, and a join to it is
     dropped from the plan."""
-    rows = frame.limit(limit + 1).collect()
-    if len(rows) > limit:
+    rows = rows_when_small(frame, limit)
+    if rows is None:
         return None, None
     if not rows:
         return frame.limit(0), 0
     return local_frame(frame.sparkSession, rows, frame.schema), len(rows)
+
+
+def rows_when_small(frame: DataFrame, limit: int = SMALL_ROWS) -> list[Row] | None:
+    """``frame``'s rows, computed once, when it has at most ``limit``; else None (the driver's
+    memory stays bounded)."""
+    rows = frame.limit(limit + 1).collect()
+    return None if len(rows) > limit else rows
 
 
 def _cancel(spark: SparkSession, futures: dict[str, Future]) -> None:

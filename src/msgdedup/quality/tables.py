@@ -8,7 +8,9 @@ so that the GX expectation is a plain "this column is null" and the Data Docs pa
 offending rows by name (GX only renders sample *values*, not the rows' keys, in the bounded
 SUMMARY result format that keeps the driver's memory independent of the data size).
 
-Everything is distributed: joins, windows and aggregations; nothing is collected here.
+Everything is distributed: joins, windows and aggregations; nothing is collected here. The one
+step that can run on the driver is ``key_window``'s window over the acceptances of the keys
+accepted again, when the caller has collected those few rows (``previous_acceptances``).
 Uniqueness is checked here rather than by GX expectations (``expect_column_values_to_be_unique``,
 ``expect_compound_columns_to_be_unique``): GX re-evaluates an expectation's condition once per
 metric it needs (count, sample values, sample rows), so a window inside the condition is a
@@ -23,8 +25,9 @@ from __future__ import annotations
 
 from typing import Callable, Mapping, Sequence
 
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, Row, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructField, StructType
 
 from msgdedup.local_frames import local_frame
 from msgdedup.sql_text import sql_string
@@ -386,12 +389,38 @@ _PREVIOUS = {
     "entered_at_us": ("prev_entered_at_us", "long"), "_policy": ("prev_policy", "string"),
     "source_id": ("prev_source_id", "string"), "_queue": ("prev_queue", "string"),
 }
+# The order of a key's acceptances (``key_window``): by acceptance number, the parent's before this
+# batch's, then by message_id; each ascending, nulls first.
+_ACCEPTANCE_ORDER = ("cache_seq", "_in_batch", "message_id")
+
+
+def previous_acceptances(accepted: Sequence[Row]) -> list[tuple]:
+    """``key_window``'s window over the acceptances of the keys accepted again, on the driver: each of
+    this batch's rows of ``accepted`` (``_acceptances``' columns) followed by its previous
+    acceptance's ``_PREVIOUS`` columns, as Spark's ``lag`` over ``_KEY`` in ``_ACCEPTANCE_ORDER``
+    gives them.
+
+    For the few such rows a gate has collected (232 of a million messages with a hot address): in
+    Spark the window is a shuffle and a sort, and compiling and running their code took 0.3-0.5 s of
+    the gate's critical path for those rows (docs/benchmarks.md). Python's order of strings (by
+    code point) is Spark's (by UTF-8 byte), and None sorts first as Spark's nulls do."""
+    def nulls_first(value):
+        return (value is not None, value)
+
+    ordered = sorted(accepted, key=lambda row: tuple(nulls_first(row[c]) for c in (*_KEY, *_ACCEPTANCE_ORDER)))
+    rows, before = [], None
+    for row in ordered:
+        same_key = before is not None and all(before[c] == row[c] for c in _KEY)
+        if row["_in_batch"]:
+            rows.append((*row, *[before[c] if same_key else None for c in _PREVIOUS]))
+        before = row
+    return rows
 
 
 def key_window(delivered: DataFrame, dropped: DataFrame, parent_id_cache: DataFrame, sizes: DataFrame,
                batch_id: str, again: DataFrame | None = None, shared_numbers: DataFrame | None = None,
                repeats: int | None = None, sender_queues: bool = True,
-               settle: Callable[[DataFrame], DataFrame] | None = None) -> DataFrame:
+               settle: Callable[[DataFrame], list[Row] | None] | None = None) -> DataFrame:
     """Each checked delivered message next to the previous acceptance of its key.
 
     The previous acceptance is looked for among this batch's deliveries and the parent's ID
@@ -419,10 +448,12 @@ def key_window(delivered: DataFrame, dropped: DataFrame, parent_id_cache: DataFr
     only after analysing and optimising it: a window, the Apama sender gaps and their joins,
     about a second of the driver's time on the gate's critical path at 1M. ``sender_queues``:
     False when no cache of the batch keeps sender queues (``keeps_sender_queues``): the Apama
-    sender gaps are then null, and their joins are not built and planned. ``settle``: applied to
-    the deliveries of the keys accepted again, next to their previous acceptances, before they
-    join the others: the gate computes those few rows once and hands them back as a local table,
-    so that the table is a plain scan of the deliveries again (``materialise.Scanned``).
+    sender gaps are then null, and their joins are not built and planned. ``settle``: computes a
+    frame once and returns its rows when they are few (None: too many), for the acceptances of
+    the keys accepted again, whose window is then taken on the driver (``previous_acceptances``),
+    and for Apama caches for those deliveries with their sender gaps: either way the table's
+    rows of those keys are a local table, and the table is a plain scan of the deliveries again
+    (``materialise.Scanned``).
     """
     current = _current_acceptances(delivered, batch_id)
     if again is None:
@@ -440,19 +471,24 @@ def key_window(delivered: DataFrame, dropped: DataFrame, parent_id_cache: DataFr
         sizes, shared_numbers)
     if repeats == 0:
         return first
-    by_key = Window.partitionBy(*_KEY).orderBy(
-        F.col("cache_seq").asc_nulls_first(), F.col("_in_batch"), F.col("message_id")
-    )
-    repeated = _acceptances(delivered, parent_id_cache, batch_id).join(
-        again, _key_hash() == again["_hash"], "left_semi").select(
-        "*", *[F.lag(column).over(by_key).alias(name) for column, (name, _) in _PREVIOUS.items()]
-    ).where(F.col("_in_batch"))
+    accepted = _acceptances(delivered, parent_id_cache, batch_id).join(
+        again, _key_hash() == again["_hash"], "left_semi")
+    held = settle(accepted) if settle is not None else None
+    if held is None:
+        by_key = Window.partitionBy(*_KEY).orderBy(*[F.col(c).asc_nulls_first() for c in _ACCEPTANCE_ORDER])
+        repeated = accepted.select(
+            "*", *[F.lag(column).over(by_key).alias(name) for column, (name, _) in _PREVIOUS.items()]
+        ).where(F.col("_in_batch"))
+    else:
+        schema = StructType([*accepted.schema.fields, *[StructField(name, accepted.schema[column].dataType)
+                                                         for column, (name, _) in _PREVIOUS.items()]])
+        repeated = local_frame(delivered.sparkSession, previous_acceptances(held), schema)
     if sender_queues:
         repeated = _apama_sender_gaps(repeated, delivered, dropped, parent_id_cache, sizes, repeats is not None)
+        if settle is not None and (gaps := settle(repeated)) is not None:  # their joins computed once too
+            repeated = local_frame(delivered.sparkSession, gaps, repeated.schema)
     else:  # no cache keeps sender queues: no gaps, and their joins not planned (0.3-0.8 s of the driver)
         repeated = repeated.select("*", *_no_sender_gaps())
-    if settle is not None:
-        repeated = settle(repeated)
     return _findings(repeated, sizes, shared_numbers).unionByName(first)
 
 
