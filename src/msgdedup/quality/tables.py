@@ -401,9 +401,10 @@ def previous_acceptances(accepted: Sequence[Row]) -> list[tuple]:
     gives them.
 
     For the few such rows a gate has collected (232 of a million messages with a hot address): in
-    Spark the window is a shuffle and a sort, and compiling and running their code took 0.3-0.5 s of
-    the gate's critical path for those rows (docs/benchmarks.md). Python's order of strings (by
-    code point) is Spark's (by UTF-8 byte), and None sorts first as Spark's nulls do."""
+    Spark the window is a shuffle and a sort whose code is compiled for those rows, and the query
+    that settled them took 1.0-1.2 s of the gate's critical path, against 0.6-0.8 s for their
+    collect with the window taken here (docs/benchmarks.md). Python's order of strings (by code
+    point) is Spark's (by UTF-8 byte), and None sorts first as Spark's nulls do."""
     def nulls_first(value):
         return (value is not None, value)
 
