@@ -355,8 +355,10 @@ def test_previous_acceptances_are_sparks_lag_over_each_key(spark, acceptances):
     accepted = spark.createDataFrame(rows, "cache string, dedup_key string, cache_seq long, message_id string, "
                                            "accepted_batch_id string, _in_batch boolean, entered_at_us long, "
                                            "_policy string, source_id string, _queue string")
+    # the order written out here, not taken from tables: a key's acceptances by number, the parent's
+    # before this batch's, then by message_id, nulls first
     by_key = Window.partitionBy("cache", "dedup_key").orderBy(
-        *[F.col(c).asc_nulls_first() for c in tables._ACCEPTANCE_ORDER])
+        *[F.col(c).asc_nulls_first() for c in ("cache_seq", "_in_batch", "message_id")])
     lagged = accepted.select("*", *[F.lag(c).over(by_key) for c in tables._PREVIOUS]).where("_in_batch")
 
     assert sorted(tables.previous_acceptances(accepted.collect()), key=repr) == sorted(
