@@ -366,8 +366,9 @@ def checked_tables(spark: SparkSession, batch: BatchOutputs, batch_id: str, smal
         settled = []  # whether each settle of the keys accepted again brought back their rows
 
         def settle(repeated: DataFrame) -> list[Row] | None:
-            # the acceptances of the keys accepted again: normally few (232 deliveries of a million
-            # with a hot address), computed once rather than in each GX query
+            # the acceptances of the keys accepted again (and, with Apama caches, those deliveries with
+            # their sender gaps): normally few (232 deliveries of a million with a hot address),
+            # computed once rather than in each GX query
             rows = rows_when_small(repeated)
             settled.append(rows is not None)
             return rows
