@@ -178,15 +178,18 @@ def test_parquet_input_is_validated_like_json_lines(spark, tmp_path):
     _assert_accounting(tmp_path / "wh", BATCH, 5)
 
 
-def test_line_numbers_survive_split_files(spark, tmp_path):
+@pytest.mark.parametrize("marked", [True, False], ids=["byte order marks: Spark counts", "the driver counts"])
+def test_line_numbers_survive_split_files(spark, tmp_path, marked):
     """Files larger than Spark's split size are read by several tasks, and numbered after the
-    parse from each split's counts (reading.numbered): numbering stays exact in every file, and a
-    byte order mark is taken off the first line only."""
+    parse from each split's counts (reading._json_lines): numbering stays exact in every file, and a
+    byte order mark is taken off the first line only. Without one, the driver counts the splits'
+    lines (engine/split_lines.py); with one, Spark's job does."""
     lines = [message(f"m{i}", key=f"k{i % 50}", at=i % 7, body="z" * 200) for i in range(4000)]
     later = [message(f"n{i}", key=f"n{i % 50}", at=i % 7, body="y" * 200) for i in range(3000)]
     write_batch(tmp_path / "raw", {"big.jsonl": lines, "later.jsonl": later})
     later_file = tmp_path / "raw" / "later.jsonl"
-    later_file.write_bytes(b"\xef\xbb\xbf" * 2 + later_file.read_bytes())  # Hadoop drops one, we the other
+    if marked:
+        later_file.write_bytes(b"\xef\xbb\xbf" * 2 + later_file.read_bytes())  # Hadoop drops one, we the other
     # read in Spark (not on the driver, as a batch this small would be), 128 KiB a split
     conf = {"spark.sql.files.maxPartitionBytes": str(128 * 1024), DRIVER_READ_BYTES_CONF: "-1"}
     for name, value in conf.items():

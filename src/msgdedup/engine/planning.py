@@ -130,6 +130,17 @@ def reads_on_driver(spark: SparkSession, input_bytes: int) -> bool:
     return input_bytes <= int(spark.conf.get(DRIVER_READ_BYTES_CONF, str(DRIVER_READ_BYTES)))
 
 
+# Whether the driver counts the lines of a batch's splits where it can (engine/split_lines.py) rather
+# than a Spark job: the same counts either way (tests/engine/test_split_lines.py), about 2.5 s less
+# of a cold 1M batch (docs/benchmarks.md). "false": always the job.
+LINES_COUNTED_ON_DRIVER_CONF = "spark.msgdedup.linesCountedOnDriver"
+
+
+def counts_lines_on_driver(spark: SparkSession) -> bool:
+    """Whether reading.py may take its splits' line counts from split_lines.py."""
+    return spark.conf.get(LINES_COUNTED_ON_DRIVER_CONF, "true").lower() != "false"
+
+
 # A batch decided in Spark still sends only its contested units (and the parent entries they meet)
 # through the sequential kernel, a small share of a large batch (about 61,000 rows of a million
 # messages with 3% duplicates). A stream of up to this many rows is collected and decided on the

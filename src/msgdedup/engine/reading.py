@@ -34,7 +34,9 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from msgdedup.engine import split_lines
 from msgdedup.engine.filesystem import HadoopFS
+from msgdedup.engine.planning import counts_lines_on_driver
 from msgdedup.local_frames import local_frame
 
 JSON_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz")
@@ -170,20 +172,24 @@ def _json_lines(spark: SparkSession, files: list[InputFile], listing: list[Input
                 counted: list[int] | None = None) -> DataFrame:
     """The lines of JSON-lines ``files``, numbered; their count is appended to ``counted``."""
     lines = _text(spark, [f.path for f in files])
-    # One row per split: small, so the running line count per file is done here in Python. This
-    # is the pass that reads every byte, so it is also where an unreadable file shows.
-    blocks = (
-        lines.groupBy(FILE_URI, "block_start")
-        .agg(F.min("row_in_task").alias("first_row"), F.count(F.lit(1)).alias("rows"))
-        .collect()
-    )
-    table = _file_table(sorted({b[FILE_URI] for b in blocks}), listing)
+    # One row per split: small, so the running line count per file is done here in Python. Counted
+    # by the driver where it can (split_lines.py), else by a job: the pass that reads every byte,
+    # so it is also where an unreadable file shows.
+    blocks = split_lines.counted_on_driver(lines) if counts_lines_on_driver(spark) else None
+    if blocks is None:
+        blocks = (
+            lines.groupBy(FILE_URI, "block_start")
+            .agg(F.min("row_in_task").alias("first_row"), F.count(F.lit(1)).alias("rows"))
+            .collect()
+        )
+    # (file uri, split start, first row id, lines), from either
+    table = _file_table(sorted({uri for uri, *_ in blocks}), listing)
     rows, before = [], {}
-    for b in sorted(blocks, key=lambda b: (b[FILE_URI], b["block_start"])):
-        index, path = table[b[FILE_URI]]
-        seen = before.get(b[FILE_URI], 0)
-        rows.append((b[FILE_URI], b["block_start"], b["first_row"], seen, index, path))
-        before[b[FILE_URI]] = seen + b["rows"]
+    for uri, block_start, first_row, count in sorted(tuple(b) for b in blocks):
+        index, path = table[uri]
+        seen = before.get(uri, 0)
+        rows.append((uri, block_start, first_row, seen, index, path))
+        before[uri] = seen + count
     if counted is not None:
         counted.append(sum(before.values()))
     block_table = local_frame(
