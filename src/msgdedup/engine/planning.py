@@ -131,8 +131,8 @@ def reads_on_driver(spark: SparkSession, input_bytes: int) -> bool:
 
 
 # Whether the driver counts the lines of a batch's splits where it can (engine/split_lines.py) rather
-# than a Spark job: the same counts either way (tests/engine/test_split_lines.py), about 2.5 s less
-# of a cold 1M batch (docs/benchmarks.md). "false": always the job.
+# than a Spark job: the same counts either way (tests/engine/test_split_lines.py), a job and its
+# planning less (a 1M batch's parse step 0.3-1.6 s shorter, docs/benchmarks.md). "false": always the job.
 LINES_COUNTED_ON_DRIVER_CONF = "spark.msgdedup.linesCountedOnDriver"
 
 

@@ -168,6 +168,15 @@ def _text(spark: SparkSession, paths: list[str]) -> DataFrame:
     )
 
 
+def counted_by_spark(lines: DataFrame) -> list[tuple[str, int, int, int]]:
+    """(file uri, split start, first row id, lines) of each split of ``lines`` (``_text``'s) that
+    has a line: a job over every byte."""
+    return [tuple(row) for row in (
+        lines.groupBy(FILE_URI, "block_start")
+        .agg(F.min("row_in_task").alias("first_row"), F.count(F.lit(1)).alias("rows"))
+        .collect())]
+
+
 def _json_lines(spark: SparkSession, files: list[InputFile], listing: list[InputFile],
                 counted: list[int] | None = None) -> DataFrame:
     """The lines of JSON-lines ``files``, numbered; their count is appended to ``counted``."""
@@ -177,15 +186,10 @@ def _json_lines(spark: SparkSession, files: list[InputFile], listing: list[Input
     # so it is also where an unreadable file shows.
     blocks = split_lines.counted_on_driver(lines) if counts_lines_on_driver(spark) else None
     if blocks is None:
-        blocks = (
-            lines.groupBy(FILE_URI, "block_start")
-            .agg(F.min("row_in_task").alias("first_row"), F.count(F.lit(1)).alias("rows"))
-            .collect()
-        )
-    # (file uri, split start, first row id, lines), from either
+        blocks = counted_by_spark(lines)
     table = _file_table(sorted({uri for uri, *_ in blocks}), listing)
     rows, before = [], {}
-    for uri, block_start, first_row, count in sorted(tuple(b) for b in blocks):
+    for uri, block_start, first_row, count in sorted(blocks):
         index, path = table[uri]
         seen = before.get(uri, 0)
         rows.append((uri, block_start, first_row, seen, index, path))

@@ -3,9 +3,10 @@
 reading.py numbers the lines from per-split counts: for every split Spark's text scan reads (a
 file and the offset it starts at), its lines and the smallest ``monotonically_increasing_id`` of
 its rows. Spark counts them in a job of its own, a pass over every byte before the parse: at 1M
-messages about 2.5 s of a cold application, the job and the query planned and compiled for it
-(docs/benchmarks.md, "The splits' lines counted by the driver"). For plain files on the local
-file system the driver finds the same numbers without a job:
+messages about 2.5 s of the driver's time in a cold application, the job and the query planned
+and compiled for it; without them the parse step took 0.3-1.6 s less (docs/benchmarks.md, "The
+splits' lines counted by the driver"). For plain files on the local file system the driver finds
+the same numbers without a job:
 
 * the splits and the tasks that read them are the scan's own (its ``FilePartition``s, read from
   the planned query through py4j: the layout the parse's query plans again from the same
