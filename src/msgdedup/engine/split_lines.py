@@ -18,10 +18,11 @@ the same numbers without a job:
   ``\\n`` that is not the file's last byte. So a split owns a line for each ``\\n`` in
   ``[start, end - 1]`` (but the file's last byte), and one more if it starts the file.
 
-Anything else is left to Spark's job (``None``): a compressed file, a file on another file
-system, a file that starts with a byte order mark (Hadoop's reader treats a file of a mark alone
-apart), a split inside a single line (Hadoop's reader gives that split a piece of the line), and
-any error reading a file (the job is where an unreadable file shows, reading.py probes it).
+Anything else is left to Spark's job (``None``): more than ``MOST_SPLITS`` splits, a compressed
+file, a file on another file system, a file that starts with a byte order mark (Hadoop's reader
+treats a file of a mark alone apart), a split inside a single line (Hadoop's reader gives that
+split a piece of the line), and any error reading a file (the job is where an unreadable file
+shows, reading.py probes it).
 tests/engine/test_split_lines.py holds the counts to Spark's job's over random files and splits.
 """
 
@@ -29,6 +30,9 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
+# The most splits the driver counts: each costs it some ten py4j calls (about half a millisecond
+# each), so a batch of many small files is left to the job, which reads them in a few tasks.
+MOST_SPLITS = 128
 # ``monotonically_increasing_id``: a task's index in the upper 31 bits, its row's in the lower 33.
 _TASK_SHIFT = 33
 # Bytes read at a time: what the driver holds of a file while counting its lines.
@@ -36,11 +40,12 @@ _CHUNK = 16 << 20
 _BOM = b"\xef\xbb\xbf"
 
 
-def counted_on_driver(lines: DataFrame) -> list[tuple[str, int, int, int]] | None:
+def counted_on_driver(lines: DataFrame, most_splits: int = MOST_SPLITS) -> list[tuple[str, int, int, int]] | None:
     """(file uri as ``_metadata.file_path`` gives it, split start, first row id, lines) of every
     split of ``lines`` (reading._text's frame) that has a line, as Spark's job over them would
-    count them; None where the driver cannot (the module's docstring)."""
-    splits = _splits(lines)
+    count them; None where the driver cannot (the module's docstring), or where the scan reads
+    more than ``most_splits`` splits."""
+    splits = _splits(lines, most_splits)
     if splits is None:
         return None
     counts: list[tuple[str, int, int, int]] = []
@@ -59,9 +64,10 @@ def counted_on_driver(lines: DataFrame) -> list[tuple[str, int, int, int]] | Non
     return counts
 
 
-def _splits(lines: DataFrame) -> list[tuple[int, str, str, int, int, int]] | None:
+def _splits(lines: DataFrame, most_splits: int = MOST_SPLITS) -> list[tuple[int, str, str, int, int, int]] | None:
     """(task index, uri, local path, start, length, file size) of each split the scan of ``lines``
-    reads, in each task's order; None unless every file is a plain file on the local file system."""
+    reads, in each task's order; None unless every file is a plain file on the local file system
+    and there are at most ``most_splits`` splits."""
     jvm = lines.sparkSession._jvm
     plan = lines._jdf.queryExecution().executedPlan()
     leaves = plan.collectLeaves()
@@ -71,6 +77,8 @@ def _splits(lines: DataFrame) -> list[tuple[int, str, str, int, int, int]] | Non
     conf = lines.sparkSession._jsc.hadoopConfiguration()
     codecs = jvm.org.apache.hadoop.io.compress.CompressionCodecFactory(conf)
     partitions = scan.inputRDD().filePartitions()
+    if sum(len(partitions.apply(i).files()) for i in range(partitions.size())) > most_splits:
+        return None
     splits, files = [], {}
     for i in range(partitions.size()):
         partition = partitions.apply(i)
