@@ -77,12 +77,13 @@ def _splits(lines: DataFrame, most_splits: int = MOST_SPLITS) -> list[tuple[int,
     conf = lines.sparkSession._jsc.hadoopConfiguration()
     codecs = jvm.org.apache.hadoop.io.compress.CompressionCodecFactory(conf)
     partitions = scan.inputRDD().filePartitions()
-    if sum(len(partitions.apply(i).files()) for i in range(partitions.size())) > most_splits:
+    tasks = [(partition.index(), partition.files())
+             for partition in (partitions.apply(i) for i in range(partitions.size()))]
+    if sum(len(files) for _, files in tasks) > most_splits:
         return None
     splits, files = [], {}
-    for i in range(partitions.size()):
-        partition = partitions.apply(i)
-        for file in partition.files():
+    for task, in_task in tasks:
+        for file in in_task:
             path = file.filePath().toPath()
             key = path.toString()
             if key not in files:
@@ -93,7 +94,7 @@ def _splits(lines: DataFrame, most_splits: int = MOST_SPLITS) -> list[tuple[int,
                 files[key] = (jvm.org.apache.hadoop.fs.Path(key).toUri().toString(), uri.getPath(),
                               file.fileSize())
             uri_text, local, size = files[key]
-            splits.append((partition.index(), uri_text, local, file.start(), file.length(), size))
+            splits.append((task, uri_text, local, file.start(), file.length(), size))
     return splits
 
 
